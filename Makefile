@@ -1,0 +1,47 @@
+# Two commands set everything up:  make lab  |  make test
+# Both create .venv when missing and reinstall only when pyproject.toml changed.
+
+PYTHON     ?= python3
+VENV       ?= .venv
+BIN        := $(VENV)/bin
+# CI sets TORCH_SPEC=torch==2.13.0 (a local CPU wheel); elsewhere pip picks the platform's build.
+TORCH_SPEC ?= torch
+EXTRAS     ?= test,hf
+PYTEST_ARGS ?=
+NBVAL      := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg
+# JupyterLab refuses to run as root without this (containers, Colab-like VMs).
+ROOT_FLAG  := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+.PHONY: lab test gpu-check exercises bench clean
+
+$(BIN)/python:
+	@$(PYTHON) -c "import sys; sys.exit(0 if sys.version_info >= (3, 10) else 'swkv-teach needs Python >= 3.10; $(PYTHON) is ' + sys.version.split()[0] + ' (try: make PYTHON=python3.11 ...)')"
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed-lab: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install "$(TORCH_SPEC)" -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install "$(TORCH_SPEC)" -e ".[$(EXTRAS)]"
+	touch $@ $(VENV)/.installed-lab
+
+lab: $(VENV)/.installed-lab
+	$(BIN)/jupyter lab $(ROOT_FLAG) notebooks/
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest $(NBVAL) tests notebooks solutions $(PYTEST_ARGS)
+
+# The classroom's GPU runtime: the same suite and the exercise grading, forced onto CUDA.
+gpu-check: $(VENV)/.installed-test
+	@$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu-check: no CUDA GPU is visible to torch (torch ' + torch.__version__ + '); run it on a GPU runtime')"
+	SWKV_DEVICE=cuda $(BIN)/python -m pytest $(NBVAL) tests solutions $(PYTEST_ARGS)
+
+exercises: $(VENV)/.installed-lab
+	$(BIN)/swkv-teach make-exercises
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python -m swkv_teach.bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,38 @@
+"""swkv_teach: a course on the sliding-window KV cache, and the library its lessons import.
+
+Window convention (one rule, everywhere; details in :mod:`swkv_teach.masks`):
+with window ``W`` the query at position ``i`` attends to keys ``i - W < j <= i``.
+"""
+
+from swkv_teach.attention import attention, attention_with_cache, cached_attention, sliding_window_attention
+from swkv_teach.caches import (
+    CACHE_KINDS,
+    KVCache,
+    LRUKVCache,
+    RingBufferKVCache,
+    SinkKVCache,
+    SlidingWindowKVCache,
+    make_cache,
+)
+from swkv_teach.device import available_devices, device
+from swkv_teach.masks import sliding_window_mask, window_mask
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CACHE_KINDS",
+    "KVCache",
+    "LRUKVCache",
+    "RingBufferKVCache",
+    "SinkKVCache",
+    "SlidingWindowKVCache",
+    "attention",
+    "attention_with_cache",
+    "available_devices",
+    "cached_attention",
+    "device",
+    "make_cache",
+    "sliding_window_attention",
+    "sliding_window_mask",
+    "window_mask",
+]

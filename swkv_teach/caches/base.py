@@ -1,0 +1,67 @@
+"""The one interface every cache implements.
+
+A cache sits between the key/value projections and attention. Each decode
+step (or prompt chunk) hands it the new tokens' keys and values and gets back
+what those new queries attend over::
+
+    k, v = cache.update(k_new, v_new)      # (batch, heads, tokens, head_dim) each
+    mask = window_mask(q_positions, cache.positions, W)
+
+Two counts are kept apart on purpose:
+
+* ``seen``: tokens ever passed to ``update``. Rotary positions come from this.
+* ``len(cache)``: tokens stored now, at most the cache's capacity.
+
+Hugging Face's old ``SinkCache`` mixed the two up and rotated keys with the
+wrong positions; naming both keeps that bug out.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+
+class KVCache(ABC):
+    """Interface shared by :class:`SlidingWindowKVCache`, :class:`RingBufferKVCache`,
+    :class:`SinkKVCache` and :class:`LRUKVCache`, so the decoder, the widgets and
+    the lessons can swap one for another.
+
+    Subclasses implement :meth:`update`, :meth:`reset` and the properties below.
+    """
+
+    @abstractmethod
+    def update(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add ``tokens`` new keys/values ``(batch, heads, tokens, head_dim)``.
+
+        Returns the keys and values the new queries attend over, each
+        ``(batch, heads, n, head_dim)``, in the order :attr:`positions` lists.
+        A rejected update raises and leaves the cache exactly as it was.
+        """
+
+    @property
+    @abstractmethod
+    def positions(self) -> torch.Tensor:
+        """1-D long tensor: the absolute position of each key the last ``update`` returned, in that order."""
+
+    @property
+    @abstractmethod
+    def seen(self) -> int:
+        """Tokens passed to ``update`` since construction or the last ``reset()``."""
+
+    @property
+    @abstractmethod
+    def nbytes(self) -> int:
+        """Bytes held by the stored keys and values (both counted)."""
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Forget everything, ready for a new sequence (shape, dtype and device may change)."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Tokens stored now."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(stored={len(self)}, seen={self.seen}, nbytes={self.nbytes})"

@@ -1,0 +1,173 @@
+"""An O(1) sliding-window cache: a preallocated ring buffer, token ``p`` written into slot ``p % W``.
+
+Worked example, ``W = 3``, one token per step::
+
+    seen   slots [0, 1, 2]    positions returned
+      1    [p0, -,  - ]       [0]            only filled slots come back
+      3    [p0, p1, p2]       [0, 1, 2]
+      4    [p3, p1, p2]       [3, 1, 2]      p3 overwrote p0 in slot 3 % 3 = 0
+      5    [p3, p4, p2]       [3, 4, 2]
+
+Keys come back in *slot* order, not chronological order. For one query that
+is harmless: softmax over keys is a sum, and a sum does not care about order,
+as long as each key already carries its position (RoPE is applied before
+caching). When order matters (chunks, masks, display) use :attr:`positions`
+or :meth:`ordered`.
+
+Once full, a one-token update is two ``copy_`` calls into views prepared
+when the buffer was allocated: no allocation, no O(W) copy.
+
+Window convention: :mod:`swkv_teach.masks`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from swkv_teach._validate import check_kv, check_positive_int
+from swkv_teach.caches.base import KVCache
+
+
+class RingBufferKVCache(KVCache):
+    """Sliding-window cache of capacity ``window_size`` in a preallocated ``(B, H, W, D)`` buffer.
+
+    The buffer is allocated on the first update, with that update's batch,
+    heads, head_dim, dtype and device. A one-token ``update`` returns a view
+    of the filled slots (the buffer itself once full, never the unfilled
+    zero slots, which would take attention weight). A chunk of ``c`` tokens
+    returns a fresh tensor: the stored keys its first query can still see,
+    chronologically, followed by the chunk.
+    """
+
+    num_sinks = 0  # slots pinned to the first positions; SinkKVCache sets it
+
+    def __init__(self, window_size: int):
+        self.window_size = check_positive_int("window_size", window_size)
+        self.reset()
+
+    # ----------------------------------------------------------------- slots
+    @property
+    def capacity(self) -> int:
+        """Slots in the buffer: ``num_sinks + window_size``."""
+        return self.num_sinks + self.window_size
+
+    def _slots_of(self, positions: torch.Tensor) -> torch.Tensor:
+        """Slot of each absolute position: sinks in front, the rest cycling through the window."""
+        S, W = self.num_sinks, self.window_size
+        return torch.where(positions < S, positions, S + (positions - S) % W)
+
+    def _slot_positions(self, seen: int) -> torch.Tensor:
+        """Absolute position held by each filled slot after ``seen`` tokens (slot order).
+
+        A window slot ``s = S + r`` holds the latest ``p < seen`` with ``p ≡ S + r (mod W)``.
+        """
+        S, W = self.num_sinks, self.window_size
+        slot = torch.arange(min(seen, self.capacity), device=self._device)
+        r = slot - S
+        return torch.where(slot < S, slot, S + r + W * torch.div(seen - 1 - S - r, W, rounding_mode="floor"))
+
+    # ---------------------------------------------------------------- update
+    def update(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``(batch, heads, tokens, head_dim)`` keys/values; return ``(k, v)`` to attend over."""
+        k_buf = self.k_buf
+        # fast path: the same one-token shape, dtype and device as last time
+        if not (
+            k_buf is not None
+            and type(k_new) is torch.Tensor
+            and type(v_new) is torch.Tensor
+            and k_new.shape == self._one_token
+            and v_new.shape == self._one_token
+            and k_new.dtype == k_buf.dtype
+            and v_new.dtype == k_buf.dtype
+            and k_new.device == self._device
+            and v_new.device == self._device
+        ):
+            check_kv(k_new, v_new, k_buf)
+            if k_buf is None:
+                self._allocate(k_new)
+            if k_new.shape[2] > 1:
+                return self._update_chunk(k_new, v_new)
+
+        seen = self._seen
+        slot = seen if seen < self.num_sinks else self.num_sinks + (seen - self.num_sinks) % self.window_size
+        self._k_slots[slot].copy_(k_new)
+        self._v_slots[slot].copy_(v_new)
+        self._seen = seen + 1
+        self._positions = None  # recomputed on demand: the hot path stays two copies
+        filled = seen + 1
+        if filled >= self.capacity:
+            return self.k_buf, self.v_buf
+        return self.k_buf[:, :, :filled], self.v_buf[:, :, :filled]
+
+    def _allocate(self, like: torch.Tensor) -> None:
+        B, H, _, D = like.shape
+        self._device = like.device
+        self._one_token = torch.Size((B, H, 1, D))
+        self.k_buf = torch.zeros(B, H, self.capacity, D, dtype=like.dtype, device=like.device)
+        self.v_buf = torch.zeros_like(self.k_buf)
+        # one (B, H, 1, D) view per slot, made once, so a step does no slicing
+        self._k_slots = self.k_buf.split(1, dim=2)
+        self._v_slots = self.v_buf.split(1, dim=2)
+
+    def _update_chunk(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        S, W, n = self.num_sinks, self.window_size, self._seen
+        tokens = k_new.shape[2]
+        # stored keys the chunk's first query (position n) may see: sinks and j > n - W
+        held = self._slot_positions(n)
+        keep = torch.nonzero((held < S) | (held > n - W)).flatten()
+        keep = keep[torch.argsort(held[keep])]  # chronological
+        new_pos = torch.arange(n, n + tokens, device=self._device)
+        k = torch.cat([self.k_buf.index_select(2, keep), k_new], dim=2)
+        v = torch.cat([self.v_buf.index_select(2, keep), v_new], dim=2)
+        self._positions = torch.cat([held[keep], new_pos])
+        # store the chunk's tokens that survive it: sinks and the last W
+        survive = torch.nonzero((new_pos < S) | (new_pos >= n + tokens - W)).flatten()
+        slots = self._slots_of(new_pos[survive])
+        self.k_buf.index_copy_(2, slots, k_new.index_select(2, survive))
+        self.v_buf.index_copy_(2, slots, v_new.index_select(2, survive))
+        self._seen = n + tokens
+        return k, v
+
+    # ------------------------------------------------------------ interface
+    @property
+    def positions(self) -> torch.Tensor:
+        """Absolute position of each key the last ``update`` returned, in the order returned."""
+        if self._positions is None:
+            self._positions = self._slot_positions(self._seen)
+        return self._positions
+
+    @property
+    def seen(self) -> int:
+        return self._seen
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the preallocated buffers (both), ``2 * B * H * capacity * D * itemsize``."""
+        if self.k_buf is None:
+            return 0
+        return 2 * self.k_buf.numel() * self.k_buf.element_size()
+
+    def ordered(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A chronological copy of the stored keys and values (for display and tests).
+
+        Their positions are ``stored_positions()``.
+        """
+        if self.k_buf is None:
+            raise RuntimeError("the cache is empty: call update() before ordered()")
+        order = torch.argsort(self._slot_positions(self._seen))
+        return self.k_buf.index_select(2, order), self.v_buf.index_select(2, order)
+
+    def stored_positions(self) -> torch.Tensor:
+        """Absolute positions of the stored tokens, chronologically (matching :meth:`ordered`)."""
+        return torch.sort(self._slot_positions(self._seen)).values
+
+    def reset(self) -> None:
+        self.k_buf = self.v_buf = None
+        self._k_slots = self._v_slots = ()
+        self._one_token = None
+        self._device = None
+        self._seen = 0
+        self._positions = None
+
+    def __len__(self) -> int:
+        return min(self._seen, self.capacity)
