@@ -1,0 +1,172 @@
+"""Interactive views of eviction: :class:`EvictionExplorer` and :func:`compare_policies`.
+
+The only module that imports ipywidgets. It draws with :mod:`swkv_teach.plots`
+from a :class:`~swkv_teach.trace.Trace` recorded from a real cache, and uses
+only APIs that ipywidgets 7 (Colab) and 8 (JupyterLab 4) share: ``Play``
+linked to an ``IntSlider`` on the Python side (``widgets.link``), ``Dropdown``,
+``Text``, ``HTML`` and one ``Output`` redrawn with ``clear_output(wait=True)``.
+
+Usage in a notebook::
+
+    from swkv_teach.widgets import EvictionExplorer
+    EvictionExplorer(window_size=4, steps=24, policy="ring")
+"""
+
+from __future__ import annotations
+
+import io
+
+import ipywidgets as widgets
+from IPython.display import Image, clear_output, display
+
+from swkv_teach._validate import check_positive_int
+from swkv_teach.plots import plot_comparison, plot_step
+from swkv_teach.trace import POLICIES, parse_access_pattern, record
+
+__all__ = ["EvictionExplorer", "compare_policies"]
+
+MAX_STEPS = 64  # beyond this the cells of the token stream become unreadable
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _check_policy(policy) -> str:
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}; got {policy!r}")
+    return policy
+
+
+class EvictionExplorer(widgets.VBox):
+    """Step through a token stream and watch a cache evict: token stream, storage slots, window mask.
+
+    Controls (public attributes, so a test or a lesson can drive them):
+    ``play`` (linked to) ``step_slider``, ``window_slider``, ``policy_dropdown``
+    and, for LRU, ``access_text`` (ids read at every step, e.g. ``"0"``: each
+    read promotes the token, so it survives eviction). The picture goes to
+    ``output``, redrawn once per change.
+
+    State, kept in plain attributes: ``step``, ``window_size``, ``policy``,
+    ``access_pattern``, ``trace`` (the recorded cache states),
+    ``cached_positions`` (what the cache holds at ``step``), ``redraws`` and
+    ``last_png`` (the image last sent to ``output``).
+
+    Args:
+        window_size: ``W`` (for LRU, its ``max_size``).
+        steps: tokens in the stream, 2 .. 64.
+        policy: one of ``"sliding"``, ``"ring"``, ``"sinks"``, ``"lru"``.
+        num_sinks: pinned first tokens when the policy is ``"sinks"``.
+        access_pattern: LRU reads; a str of ids read every step, or a per-step
+            list / ``{step: ids}`` (see :func:`swkv_teach.trace.parse_access_pattern`).
+    """
+
+    def __init__(self, window_size: int = 4, steps: int = 24, policy: str = "sliding", num_sinks: int = 2,
+                 access_pattern=None):
+        check_positive_int("window_size", window_size)
+        check_positive_int("steps", steps)
+        if not 2 <= steps <= MAX_STEPS:
+            raise ValueError(f"steps must be between 2 and {MAX_STEPS} (readable cells); got {steps}")
+        if window_size > steps:
+            raise ValueError(f"window_size must be <= steps={steps} to see any eviction; got {window_size}")
+        check_positive_int("num_sinks", num_sinks)
+        _check_policy(policy)
+        parse_access_pattern(access_pattern, steps)  # fail here, not in a callback
+
+        self.steps, self.num_sinks = steps, num_sinks
+        self.window_size, self.policy, self.access_pattern = window_size, policy, access_pattern
+        self.step = min(steps - 1, window_size + 2)  # open on a step where something was evicted
+        self.redraws, self.last_png = 0, b""
+
+        self.play = widgets.Play(value=self.step, min=0, max=steps - 1, step=1, interval=700, description="play")
+        self.step_slider = widgets.IntSlider(value=self.step, min=0, max=steps - 1, description="step")
+        widgets.link((self.play, "value"), (self.step_slider, "value"))  # Python side: works in Colab too
+        self.window_slider = widgets.IntSlider(value=window_size, min=1, max=max(window_size, min(12, steps)),
+                                               description="window")
+        self.policy_dropdown = widgets.Dropdown(options=list(POLICIES), value=policy, description="policy")
+        self.access_text = widgets.Text(
+            value=access_pattern if isinstance(access_pattern, str) else "",
+            placeholder="custom per-step reads" if access_pattern else "e.g. 0",
+            description="LRU reads",
+        )
+        self.message = widgets.HTML(value="")
+        self.output = widgets.Output()
+
+        self.step_slider.observe(self._on_step, names="value")
+        self.window_slider.observe(self._on_settings, names="value")
+        self.policy_dropdown.observe(self._on_settings, names="value")
+        self.access_text.observe(self._on_settings, names="value")
+
+        super().__init__(children=[
+            widgets.HBox([self.play, self.step_slider]),
+            widgets.HBox([self.policy_dropdown, self.window_slider, self.access_text]),
+            self.message,
+            self.output,
+        ])
+        self._record()
+        self._redraw()
+
+    # ------------------------------------------------------------------ state
+    @property
+    def cached_positions(self) -> tuple[int, ...]:
+        """Token positions the cache holds at the current step, sorted."""
+        return self.trace[self.step].cached
+
+    def _record(self) -> None:
+        reads = self.access_pattern if self.policy == "lru" else None
+        self.trace = record(self.policy, self.window_size, self.steps, self.num_sinks, reads)
+        self.access_text.layout.display = "" if self.policy == "lru" else "none"
+
+    def _redraw(self) -> None:
+        fig = plot_step(self.trace, self.step)
+        # a pyplot-free Figure: nothing to close, nothing for the inline backend to show a second time
+        self.last_png = _png(fig)
+        self.redraws += 1
+        with self.output:
+            clear_output(wait=True)  # wait: the old picture stays until the new one arrives, no flicker
+            display(Image(data=self.last_png, format="png"))
+
+    # -------------------------------------------------------------- callbacks
+    def _on_step(self, change) -> None:
+        self.step = change["new"]
+        self._redraw()
+
+    def _on_settings(self, change) -> None:
+        window_size, policy = self.window_slider.value, self.policy_dropdown.value
+        access = self.access_pattern
+        if change["owner"] is self.access_text:
+            access = change["new"]
+        try:
+            parse_access_pattern(access, self.steps)
+        except (TypeError, ValueError) as err:
+            self.message.value = f"<span style='color:#D62728'>{err}</span>"
+            return
+        self.message.value = ""
+        self.window_size, self.policy, self.access_pattern = window_size, policy, access
+        self._record()
+        self._redraw()
+
+
+def compare_policies(stream_len: int, window_size: int, policies=("sliding", "lru"), access_pattern=None,
+                     num_sinks: int = 2):
+    """The same token stream under several policies, side by side (a matplotlib Figure).
+
+    Each panel is a timeline (row = step, column = token); cells where a policy
+    holds something different from the first policy are outlined in red.
+    ``access_pattern`` is given to ``"lru"`` only (other policies ignore
+    reads); with none, LRU is exactly the sliding window.
+    """
+    check_positive_int("stream_len", stream_len)
+    if stream_len > MAX_STEPS:
+        raise ValueError(f"stream_len must be <= {MAX_STEPS} (readable cells); got {stream_len}")
+    check_positive_int("window_size", window_size)
+    if isinstance(policies, str) or not hasattr(policies, "__iter__"):
+        raise TypeError(f"policies must be a tuple of policy names such as ('sliding', 'lru'); got {policies!r}")
+    policies = tuple(_check_policy(p) for p in policies)
+    if len(policies) < 2:
+        raise ValueError(f"policies must name at least two policies to compare; got {policies}")
+    traces = [record(p, window_size, stream_len, num_sinks, access_pattern if p == "lru" else None)
+              for p in policies]
+    return plot_comparison(traces)

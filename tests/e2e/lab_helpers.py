@@ -1,0 +1,107 @@
+"""Helpers for the browser test: a throw-away JupyterLab server, and when to skip.
+
+The server runs from a temporary folder with its own config, runtime, data,
+workspace, settings and IPython dirs, so a learner's own JupyterLab set-up
+neither affects the test nor is touched by it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run"]
+REQUIRE_ENV = "SWKV_REQUIRE_E2E"
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip with ``reason``; fail instead when CI demands the browser test (SWKV_REQUIRE_E2E=1)."""
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{reason}, and {REQUIRE_ENV}=1 says this test must run")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def jupyter_lab(root: Path, tmp: Path, timeout: float = 90):
+    """Start JupyterLab serving ``root``; yield its base URL and token; always shut it down."""
+    port, token = free_port(), secrets.token_hex(16)
+    dirs = {name: tmp / name for name in ("config", "runtime", "data", "workspaces", "settings", "ipython")}
+    for d in dirs.values():
+        d.mkdir(parents=True, exist_ok=True)
+    # no news/update toast over the page
+    notif = dirs["settings"] / "@jupyterlab" / "apputils-extension"
+    notif.mkdir(parents=True, exist_ok=True)
+    (notif / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(dirs["config"]), JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
+               JUPYTER_DATA_DIR=str(dirs["data"]), JUPYTERLAB_WORKSPACES_DIR=str(dirs["workspaces"]),
+               JUPYTERLAB_SETTINGS_DIR=str(dirs["settings"]), IPYTHONDIR=str(dirs["ipython"]), MPLBACKEND="agg")
+    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+           "--ServerApp.port_retries=0"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--ServerApp.allow_root=True")
+    log = open(tmp / "jupyterlab.log", "w")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"JupyterLab exited with {proc.returncode}; log:\n{(tmp / 'jupyterlab.log').read_text()}")
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"JupyterLab did not answer within {timeout} s")
+            time.sleep(0.5)
+        yield base, token
+    finally:
+        _stop(proc, base, token)
+        log.close()
+
+
+def _stop(proc: subprocess.Popen, base: str, token: str) -> None:
+    # kernels run in sessions of their own: ask the server to shut them down with itself first
+    try:
+        req = urllib.request.Request(f"{base}/api/shutdown?token={token}", method="POST")
+        urllib.request.urlopen(req, timeout=5).close()
+        proc.wait(timeout=15)
+    except Exception:
+        pass
+    if proc.poll() is None:
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=wait)
+                break
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                continue
+
+
+def copy_notebook(src: Path, dest_dir: Path) -> Path:
+    """A copy to open, so the lab's autosave can never rewrite the stored lesson."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy(src, dest_dir / src.name))

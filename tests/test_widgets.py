@@ -1,0 +1,143 @@
+"""EvictionExplorer driven from Python: controls change state, each change redraws once, nothing leaks."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+import matplotlib.pyplot as plt
+import pytest
+import torch
+from matplotlib.figure import Figure
+from PIL import Image
+
+from swkv_teach.caches import make_cache
+from swkv_teach.widgets import EvictionExplorer, compare_policies
+
+matplotlib.use("Agg")
+ipywidgets = pytest.importorskip("ipywidgets")
+
+
+def held_by_real_cache(policy: str, window_size: int, step: int, reads=None) -> tuple[int, ...]:
+    """What our own cache holds after ``step``; ``reads`` maps a step to the ids read (promoted) then."""
+    cache = make_cache(policy, window_size, num_sinks=2)
+    for t in range(step + 1):
+        x = torch.full((1, 1, 1, 1), float(t))
+        cache.update(x, x)
+        for i in (reads or {}).get(t, ()):
+            cache.get(i)
+    if policy == "lru":
+        return tuple(sorted(cache.ids()))
+    if policy in ("ring", "sinks"):
+        return tuple(cache.stored_positions().tolist())
+    return tuple(range(cache.seen - len(cache), cache.seen))
+
+
+@pytest.fixture
+def explorer(capsys):
+    # outside a kernel IPython's display() prints reprs; capsys keeps the log clean
+    return EvictionExplorer(window_size=4, steps=12, policy="sliding")
+
+
+def test_is_a_box_with_a_play_button_linked_to_the_step_slider(explorer):
+    assert isinstance(explorer, ipywidgets.VBox)
+    assert explorer.step_slider.description == "step"
+    explorer.play.value = 9  # the Python-side link moves the slider, which redraws
+    assert explorer.step_slider.value == 9 and explorer.step == 9
+    assert explorer.cached_positions == held_by_real_cache("sliding", 4, 9)
+
+
+@pytest.mark.parametrize("step", [3, 4, 11])  # last step before any eviction, the first one, the end
+def test_setting_the_step_slider_shows_what_the_cache_holds_then(explorer, step):
+    start = explorer.step
+    explorer.step_slider.value = step
+    assert explorer.step == step
+    assert explorer.cached_positions == held_by_real_cache("sliding", 4, step)
+    assert explorer.redraws == (1 if step == start else 2)
+
+
+def test_each_change_redraws_once_with_a_different_picture(explorer):
+    pictures = [explorer.last_png]
+    for control, value in ((explorer.step_slider, 10), (explorer.window_slider, 6), (explorer.policy_dropdown, "sinks")):
+        redraws = explorer.redraws
+        control.value = value
+        assert explorer.redraws == redraws + 1, f"{control.description}: expected one redraw"
+        assert explorer.last_png != pictures[-1], f"{control.description}: the picture did not change"
+        pictures.append(explorer.last_png)
+    assert Image.open(io.BytesIO(pictures[-1])).format == "PNG"
+    assert (explorer.window_size, explorer.policy, explorer.step) == (6, "sinks", 10)
+    assert explorer.cached_positions == held_by_real_cache("sinks", 6, 10)
+
+
+def test_lru_reads_typed_by_the_learner_promote_token_zero(explorer):
+    explorer.policy_dropdown.value = "lru"
+    explorer.step_slider.value = 10
+    assert 0 not in explorer.cached_positions  # no reads: LRU is the window
+    explorer.access_text.value = "0"
+    assert explorer.cached_positions == held_by_real_cache("lru", 4, 10, reads={t: (0,) for t in range(11)})
+    assert 0 in explorer.cached_positions
+    assert explorer.access_text.layout.display != "none"
+    explorer.policy_dropdown.value = "ring"
+    assert explorer.access_text.layout.display == "none" and 0 not in explorer.cached_positions
+
+
+def test_a_typo_in_the_reads_box_shows_a_message_and_keeps_the_picture(explorer):
+    explorer.policy_dropdown.value = "lru"
+    png, redraws = explorer.last_png, explorer.redraws
+    explorer.access_text.value = "0, x"
+    assert "access_pattern" in explorer.message.value and "'x'" in explorer.message.value
+    assert (explorer.last_png, explorer.redraws) == (png, redraws)
+    explorer.access_text.value = "0"
+    assert explorer.message.value == "" and explorer.redraws == redraws + 1
+
+
+def test_constructor_access_pattern_per_step(capsys):
+    explorer = EvictionExplorer(window_size=3, steps=8, policy="lru", access_pattern={3: (1,)})
+    explorer.step_slider.value = 5  # the window would hold 3, 4, 5; the read at step 3 saved token 1
+    assert explorer.cached_positions == held_by_real_cache("lru", 3, 5, reads={3: (1,)}) == (1, 4, 5)
+
+
+def test_no_figures_pile_up(explorer):
+    before = len(plt.get_fignums())
+    for step in (0, 5, 11):
+        explorer.step_slider.value = step
+    assert len(plt.get_fignums()) == before
+
+
+def test_compare_policies_returns_one_figure_with_a_panel_per_policy():
+    fig = compare_policies(12, 4, policies=("sliding", "ring", "lru"), access_pattern="0")
+    assert isinstance(fig, Figure)
+    assert [ax.get_title() for ax in fig.get_axes()] == ["sliding (W=4)", "ring (W=4)", "lru (max_size=4)"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        (dict(window_size=0), ValueError, "window_size"),
+        (dict(window_size="4"), TypeError, "window_size must be a positive int; got str"),
+        (dict(steps=200), ValueError, "steps must be between 2 and 64"),
+        (dict(window_size=30, steps=10), ValueError, "window_size must be <= steps=10"),
+        (dict(policy="fifo"), ValueError, "policy must be one of"),
+        (dict(num_sinks=0), ValueError, "num_sinks"),
+        (dict(access_pattern={2: 7}), ValueError, "reads token 7"),
+    ],
+)
+def test_bad_explorer_arguments(kwargs, error, words):
+    with pytest.raises(error) as info:
+        EvictionExplorer(**kwargs)
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error, words",
+    [
+        ((12, 4), dict(policies=("sliding",)), ValueError, "at least two"),
+        ((12, 4), dict(policies="lru"), TypeError, "policies"),
+        ((12, 4), dict(policies=("sliding", "mru")), ValueError, "'mru'"),
+        ((0, 4), {}, ValueError, "stream_len"),
+    ],
+)
+def test_bad_compare_arguments(args, kwargs, error, words):
+    with pytest.raises(error) as info:
+        compare_policies(*args, **kwargs)
+    assert words in str(info.value)
