@@ -1,0 +1,221 @@
+"""What every stored notebook must be, checked from its JSON alone (no kernel is started).
+
+* notebooks/ (lessons) and solutions/ are stored *executed*: nbval reruns them and compares outputs.
+* exercises/ is stored *clean*: learners start from empty outputs.
+* Every notebook starts with the header :func:`tools.nbtools.header_cells` generates *now*, so the
+  Colab badge and the set-up cell follow pyproject's ``Repository`` line. After changing that line
+  (a fork, a rename), rebuild with ``python tools/build_all.py``.
+* Outputs stay small, lesson links to exercises resolve, and notebooks/README.md lists every lesson.
+
+How the outputs themselves are compared is nbval's job (``make test``).
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import functools
+import os
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import nbtools  # noqa: E402  (tools/ is not a package)
+
+REBUILD = "run `python tools/build_all.py` to regenerate the notebooks"
+MAX_TEXT_BYTES = 20_000  # one output's text: a lesson prints numbers, never whole tensors
+MAX_IMAGE_BYTES = 200_000  # one decoded image: a figure at dpi ~90 is 20-60 KB
+EXECUTED = ("notebooks", "solutions")
+CLEAN = ("exercises",)
+
+
+def _notebooks(*folders: str) -> list[str]:
+    return sorted(str(p.relative_to(ROOT)) for f in folders for p in (ROOT / f).glob("*.ipynb"))
+
+
+ALL = _notebooks(*EXECUTED, *CLEAN)
+LESSONS = _notebooks("notebooks")
+
+
+@functools.lru_cache(maxsize=None)
+def _read(rel: str):
+    # read once per session; the tests only look
+    return nbformat.read(ROOT / rel, as_version=4)
+
+
+def _code_cells(nb) -> list:
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def test_there_are_lessons_to_check():
+    """Guards the parametrised tests below from passing vacuously (an empty glob checks nothing)."""
+    assert LESSONS, f"no notebooks found in {ROOT / 'notebooks'}; {REBUILD}"
+
+
+@pytest.mark.parametrize("rel", ALL)
+def test_valid_nbformat_with_python3_kernel(rel):
+    nb = _read(rel)
+    nbformat.validate(nb)
+    name = nb.metadata.get("kernelspec", {}).get("name")
+    assert name == "python3", f"{rel}: kernelspec name should be 'python3'; got {name!r}. {REBUILD}"
+
+
+@pytest.mark.parametrize("rel", ALL)
+def test_starts_with_the_current_generated_header(rel):
+    """Badge + Colab-only set-up cell, exactly as nbtools would write them today for this path."""
+    cells = _read(rel).cells
+    expected = nbtools.header_cells(rel)
+    assert len(cells) >= 2, f"{rel}: has {len(cells)} cells, expected the 2 header cells first. {REBUILD}"
+    for n, (got, want) in enumerate(zip(cells[:2], expected)):
+        assert got.cell_type == want.cell_type, (
+            f"{rel}: cell {n} should be a {want.cell_type} header cell; got {got.cell_type}. {REBUILD}"
+        )
+        assert got.source == want.source, (
+            f"{rel}: header cell {n} is out of date (pyproject's Repository line or nbtools changed).\n"
+            f"expected:\n{want.source}\ngot:\n{got.source}\n{REBUILD}"
+        )
+        assert nbtools.HEADER_TAG in got.metadata.get("tags", []), (
+            f"{rel}: header cell {n} lacks the {nbtools.HEADER_TAG!r} tag. {REBUILD}"
+        )
+
+
+@pytest.mark.parametrize("rel", _notebooks(*EXECUTED))
+def test_lessons_and_solutions_are_stored_executed_in_order(rel):
+    counts = [c.execution_count for c in _code_cells(_read(rel))]
+    assert counts == list(range(1, len(counts) + 1)), (
+        f"{rel}: execution counts should be 1..{len(counts)} (run top to bottom once, then saved); "
+        f"got {counts}. {REBUILD}"
+    )
+
+
+@pytest.mark.parametrize("rel", _notebooks(*CLEAN))
+def test_exercises_are_stored_without_outputs(rel):
+    dirty = [n for n, c in enumerate(_read(rel).cells)
+             if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
+    assert not dirty, (
+        f"{rel}: code cells {dirty} carry outputs or execution counts; learners must start clean. "
+        "Regenerate with `swkv-teach make-exercises`."
+    )
+
+
+def _output_sizes(output) -> list[tuple[str, int]]:
+    """(mime type, bytes) of each payload in one output; images are measured decoded."""
+    if output.output_type == "stream":
+        return [("stream", len(output.text.encode()))]
+    if output.output_type == "error":
+        return [("error", len("\n".join(output.traceback).encode()))]
+    sizes = []
+    for mime, data in output.get("data", {}).items():
+        text = data if isinstance(data, str) else "".join(data) if isinstance(data, list) else str(data)
+        if mime.startswith("image/") and mime != "image/svg+xml":
+            sizes.append((mime, len(base64.b64decode(text))))
+        else:
+            sizes.append((mime, len(text.encode())))
+    return sizes
+
+
+@pytest.mark.parametrize("rel", _notebooks(*EXECUTED))
+def test_no_output_is_huge(rel):
+    too_big = []
+    for n, cell in enumerate(_read(rel).cells):
+        for output in cell.get("outputs", []):
+            for mime, size in _output_sizes(output):
+                limit = MAX_IMAGE_BYTES if mime.startswith("image/") else MAX_TEXT_BYTES
+                if size > limit:
+                    too_big.append(f"cell {n}: {mime} of {size:,} bytes (limit {limit:,})")
+    assert not too_big, f"{rel}: outputs too large (print less, lower the figure's dpi):\n  " + "\n  ".join(too_big)
+
+
+def test_output_size_check_can_fail():
+    """The size check measures what it should: a 25 KB print and a 250 KB image both count as huge."""
+    text = nbformat.v4.new_output("stream", name="stdout", text="x" * 25_000)
+    image = nbformat.v4.new_output("display_data", data={"image/png": base64.b64encode(b"\0" * 250_000).decode()})
+    assert _output_sizes(text) == [("stream", 25_000)]
+    assert _output_sizes(image) == [("image/png", 250_000)]
+
+
+EXERCISE_MENTION = re.compile(r"exercises/[\w.-]+\.ipynb")
+EXERCISE_LINK = re.compile(r"\]\((\.\./exercises/[\w.-]+\.ipynb)\)")
+
+
+@pytest.mark.parametrize("rel", LESSONS)
+def test_exercise_links_resolve(rel):
+    """Every exercises/*.ipynb a lesson mentions is a relative link to a file that exists.
+
+    Exercises are generated from solutions/ (``swkv-teach make-exercises``); a lesson pointing at
+    one that is not there yet fails here until it is.
+    """
+    text = "\n".join(c.source for c in _read(rel).cells if c.cell_type == "markdown")
+    linked = EXERCISE_LINK.findall(text)
+    mentioned = set(EXERCISE_MENTION.findall(text))
+    unlinked = sorted(m for m in mentioned if not any(target.endswith(m) for target in linked))
+    assert not unlinked, f"{rel}: mentions {unlinked} without a relative link like [..](../{unlinked[0]})"
+    missing = sorted({t for t in linked if not (ROOT / "notebooks" / t).resolve().is_file()})
+    assert not missing, (
+        f"{rel}: links to exercises that do not exist: {missing}. "
+        "Generate them with `swkv-teach make-exercises` (from solutions/), or fix the link."
+    )
+
+
+README = ROOT / "notebooks" / "README.md"
+README_LINK = re.compile(r"\]\(([\w.-]+\.ipynb)\)")
+
+
+def test_readme_lists_every_lesson():
+    assert README.is_file(), f"{README.relative_to(ROOT)} is missing: it is the index of the lessons"
+    listed = set(README_LINK.findall(README.read_text()))
+    present = {Path(rel).name for rel in LESSONS}
+    assert not present - listed, f"notebooks/README.md does not link these lessons: {sorted(present - listed)}"
+    assert not listed - present, f"notebooks/README.md links lessons that do not exist: {sorted(listed - present)}"
+
+
+# ----------------------------------------------------------------------------- the repository URL
+CONFIG_AND_CODE = ("*.toml", "*.cfg", "*.ini", "*.yml", "*.yaml", "*.py", "*.sh", "Makefile")
+SKIP_DIRS = {".venv", ".git", "build", "dist", ".pytest_cache", ".hypothesis", "node_modules", "test-artifacts"}
+
+
+def _walk(patterns: tuple[str, ...]) -> list[Path]:
+    """Files under ROOT matching any pattern, pruning virtualenvs, caches and build output as we go."""
+    found = []
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        found += [Path(folder, f) for f in files if any(fnmatch.fnmatch(f, p) for p in patterns)]
+    return sorted(found)
+
+
+def _config_and_code_files() -> list[Path]:
+    return sorted(set(_walk(CONFIG_AND_CODE)) | {p for p in (ROOT / ".ci").glob("*") if p.is_file()})
+
+
+def test_repository_url_is_configured_once_in_pyproject():
+    """A fork changes one line: pyproject's ``[project.urls] Repository``. No other config or code repeats it."""
+    url = nbtools.repo_url()
+    assert url.startswith("https://github.com/"), f"Repository should be a GitHub https URL (Colab opens it); got {url}"
+    owner_repo = url.removeprefix("https://github.com/")
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert pyproject.count(owner_repo) == 1, f"pyproject.toml should name {owner_repo} once; got {pyproject.count(owner_repo)}"
+    elsewhere = [str(p.relative_to(ROOT)) for p in _config_and_code_files()
+                 if p.name != "pyproject.toml" and owner_repo in p.read_text(errors="replace")]
+    assert not elsewhere, (
+        f"{owner_repo} is written into {elsewhere}; read it from pyproject instead (tools/nbtools.repo_url())"
+    )
+
+
+COLAB_LINK = re.compile(r"colab\.research\.google\.com/github/([^/\s)]+/[^/\s)]+)/")
+
+
+def test_every_colab_badge_uses_the_configured_repository():
+    """Badges in notebooks and in markdown files all open the repository pyproject names."""
+    owner_repo = nbtools.repo_url().removeprefix("https://github.com/")
+    sources = {rel: "\n".join(c.source for c in _read(rel).cells) for rel in ALL}
+    sources.update({str(p.relative_to(ROOT)): p.read_text() for p in _walk(("*.md",))})
+    wrong = {rel: found for rel, text in sources.items()
+             if (found := sorted(set(COLAB_LINK.findall(text)) - {owner_repo}))}
+    assert not wrong, f"Colab links to a repository other than {owner_repo}: {wrong}. {REBUILD}"
+    badges = [rel for rel in ALL if COLAB_LINK.search(_read(rel).cells[0].source)]
+    assert badges == ALL, f"notebooks without a Colab badge first: {sorted(set(ALL) - set(badges))}. {REBUILD}"
