@@ -1,0 +1,62 @@
+"""Graded exercises: the checks a notebook calls, and the list of exercises they grade.
+
+Each ``check_*`` takes the learner's class or function, returns None and
+prints one line starting with ✅ when it is right; otherwise it raises
+:class:`ExerciseFailed` (an AssertionError) naming the first failing case,
+expected vs got, and a hint. Expected answers always come from the library's
+own caches, masks and decoder, never from a second copy.
+
+``swkv-teach make-exercises`` (:mod:`.exercises`) writes ``exercises/`` from
+``solutions/``; ``swkv-teach grade`` (:mod:`.grade`) grades submissions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from swkv_teach.grading._report import ExerciseFailed
+from swkv_teach.grading.caches import check_ring_buffer_cache, check_sink_cache, check_sliding_window_cache
+from swkv_teach.grading.decode import check_cached_decode
+from swkv_teach.grading.lru import check_lru_cache
+from swkv_teach.grading.masks import check_sliding_window_mask
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One graded exercise: its number, notebook slug, check function, the learner's object it checks, points."""
+
+    id: str
+    slug: str
+    check: str
+    target: str
+    points: int
+
+    @property
+    def call(self) -> str:
+        """The check as a notebook line, e.g. ``check_lru_cache(LRUCache)``."""
+        return f"{self.check}({self.target})"
+
+
+EXERCISES = {
+    e.id: e
+    for e in (
+        Exercise("01", "sliding_window_cache", "check_sliding_window_cache", "SlidingWindowKVCache", 2),
+        Exercise("02", "sliding_window_mask", "check_sliding_window_mask", "sliding_window_mask", 2),
+        Exercise("03", "ring_buffer", "check_ring_buffer_cache", "RingBufferKVCache", 3),
+        Exercise("04", "lru_cache", "check_lru_cache", "LRUCache", 2),
+        Exercise("05", "sink_cache", "check_sink_cache", "SinkCache", 3),
+        Exercise("06", "cached_decode", "check_cached_decode", "decode_step", 3),
+    )
+}
+
+__all__ = [
+    "EXERCISES",
+    "Exercise",
+    "ExerciseFailed",
+    "check_cached_decode",
+    "check_lru_cache",
+    "check_ring_buffer_cache",
+    "check_sink_cache",
+    "check_sliding_window_cache",
+    "check_sliding_window_mask",
+]

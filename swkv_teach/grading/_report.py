@@ -1,0 +1,114 @@
+"""How a check talks to a learner: one ✅ line on success, one actionable message on failure.
+
+Every check runs the learner's code through :func:`call`, so whatever it does
+(raise, return None, return a tuple of the wrong length) becomes an
+:class:`ExerciseFailed` that names the case, never a traceback from inside the
+grader. Messages follow one shape::
+
+    ❌ SlidingWindowKVCache(window_size=3), step 5 (tokens 0..4 fed so far)
+       update() returned the keys of positions [0, 1, 2, 3, 4]
+       expected                                [2, 3, 4]
+       hint: nothing is evicted: after appending, keep only the last window_size tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import torch
+
+__all__ = ["ExerciseFailed", "call", "fail", "grid", "passed", "show"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+class ExerciseFailed(AssertionError):
+    """A learner's answer is not right yet; the message says which case, what was expected, and a hint.
+
+    A subclass of AssertionError so test runners (nbval, pytest) report it as a failed check.
+    """
+
+
+def passed(text: str) -> None:
+    """The one line a passing check prints (kept deterministic: nbval compares it)."""
+    print(f"✅ {text}")
+
+
+def fail(case: str, *lines: str, expected=None, got=None, hint: str | None = None, what: str = "got") -> ExerciseFailed:
+    """Build the failure for ``case``: free ``lines``, then expected vs got aligned, then a hint."""
+    out = [f"❌ {case}"]
+    out += [f"   {line}" for line in lines if line]
+    if expected is not None or got is not None:
+        label = max(len("expected"), len(what))
+        out.append(f"   {'expected'.ljust(label)}: {show(expected)}")
+        out.append(f"   {what.ljust(label)}: {show(got)}")
+    if hint:
+        out.append(f"   hint: {hint}")
+    return ExerciseFailed("\n".join(out))
+
+
+def show(x, limit: int = 240) -> str:
+    """A short, readable rendering of a value: small tensors in full, big ones by shape."""
+    if isinstance(x, torch.Tensor):
+        if x.numel() <= 24:
+            vals = x.detach().cpu().tolist()
+            text = f"tensor({vals}, shape={tuple(x.shape)}, dtype={str(x.dtype).replace('torch.', '')})"
+        else:
+            text = f"tensor of shape {tuple(x.shape)}, dtype={str(x.dtype).replace('torch.', '')}"
+    elif isinstance(x, str):
+        text = x
+    else:
+        text = repr(x)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def grid(mask, title: str) -> list[str]:
+    """A small bool matrix as rows of 1/0 under a title (for side-by-side mask messages)."""
+    rows = [title]
+    try:
+        rows += [" ".join("1" if bool(x) else "0" for x in row) for row in mask.tolist()]
+    except Exception:
+        rows.append(show(mask))
+    return rows
+
+
+def _where(exc: BaseException) -> str:
+    """The learner's line that raised: the last frame outside torch and this package."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if not f.filename.startswith((_HERE, _TORCH))]
+    if not mine:
+        return ""
+    f = mine[-1]
+    code = (f.line or "").strip()
+    return f"at line {f.lineno}: {code}" if code else f"at line {f.lineno}"
+
+
+def call(case: str, what: str, fn, *args, **kwargs):
+    """Run learner code ``fn(*args)``; turn anything it raises into an :class:`ExerciseFailed` naming ``case``.
+
+    ``what`` is how the message names the call, e.g. ``"update()"``.
+    KeyboardInterrupt and SystemExit pass through, so a stuck answer can still be interrupted.
+    """
+    try:
+        return fn(*args, **kwargs)
+    except ExerciseFailed:
+        raise
+    except NotImplementedError:
+        raise fail(
+            case,
+            f"{what} is not implemented yet (it raised NotImplementedError).",
+            hint="replace the `# YOUR CODE HERE` / `raise NotImplementedError(...)` lines with your code, "
+            "run that cell, then run this check again.",
+        ) from None
+    except Exception as e:
+        where = _where(e)
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise fail(
+            case,
+            f"{what} raised {type(e).__name__}{': ' + msg if msg else ''}",
+            where,
+            hint="the check calls your code exactly as in the exercise text; read the error above, "
+            "fix that line and run both cells again.",
+        ) from None

@@ -1,0 +1,130 @@
+"""Labelled keys and values, so a returned tensor says which tokens it holds.
+
+Token ``p``'s key is ``p + 1`` plus a small offset unique to each (batch, head,
+dim) coordinate, and its value is the negated key. Reading element
+``[0, 0, t, 0]`` of anything a cache returns therefore tells the message
+which position sits at index ``t`` (``"v3"`` for token 3's value where a
+key belongs, ``"0"`` for a slot never written, ``"?"`` for anything else),
+while the offsets make a mix-up of batch, heads or head_dim visible.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from swkv_teach.grading._report import call, fail, show
+
+B, H, D = 2, 2, 3  # small but not square, so a wrong axis changes a shape
+AXES = ("batch", "heads", "tokens", "head_dim")
+
+
+def token(p: int, dtype=torch.float32, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Key and value of token ``p``, each ``(B, H, 1, D)``."""
+    off = (
+        torch.arange(B, dtype=torch.float64).view(B, 1, 1) * 0.001
+        + torch.arange(H, dtype=torch.float64).view(1, H, 1) * 0.1
+        + torch.arange(D, dtype=torch.float64).view(1, 1, D) * 0.01
+    )
+    k = (p + 1 + off).unsqueeze(2)
+    return k.to(device=device, dtype=dtype), (-k).to(device=device, dtype=dtype)
+
+
+def labels(t: torch.Tensor, values: bool = False) -> list:
+    """Which token sits at each index of dim 2 of a returned ``(B, H, n, D)`` tensor (keys, or values if ``values``)."""
+    col = t[0, 0, :, 0].detach().to("cpu", torch.float64)
+    if values:
+        col = -col
+    out = []
+    for x in col.tolist():
+        r = round(x)
+        if x != x or abs(x - r) > 1e-2:
+            out.append("?")
+        elif r > 0:
+            out.append(r - 1)
+        elif r < 0:
+            out.append(f"v{-r - 1}" if not values else f"k{-r - 1}")
+        else:
+            out.append("0")
+    return out
+
+
+def describe(x) -> str:
+    if x is None:
+        return "None"
+    if isinstance(x, (tuple, list)):
+        return f"a {type(x).__name__} of {len(x)} item{'s' if len(x) != 1 else ''}"
+    if isinstance(x, torch.Tensor):
+        return f"a single tensor of shape {tuple(x.shape)}"
+    return f"a {type(x).__name__}"
+
+
+def unpack_kv(case: str, out, what: str = "update()") -> tuple[torch.Tensor, torch.Tensor]:
+    """The learner's ``(k, v)`` pair, or an ExerciseFailed saying what came back instead."""
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        hint = "return two tensors, `return k, v`: the cached keys and the cached values."
+        if out is None:
+            hint = "it returned nothing: end with `return self.k, self.v` (or your buffers' names)."
+        raise fail(case, f"{what} returned {describe(out)}; expected a tuple (k, v) of two tensors.", hint=hint)
+    for name, t in zip("kv", out):
+        if not isinstance(t, torch.Tensor):
+            raise fail(case, f"{what} returned {name} = {show(t)} ({type(t).__name__}); expected a torch.Tensor.",
+                       hint="return the tensors themselves, not lists or numbers.")
+    return out[0], out[1]
+
+
+def check_kind(case: str, k: torch.Tensor, v: torch.Tensor, like: torch.Tensor, what: str = "update()") -> None:
+    """Same dtype and device as the tokens fed in, and a ``(batch, heads, ?, head_dim)`` layout."""
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != like.dtype:
+            raise fail(case, f"{what} returned {name} with dtype {t.dtype}, but the tokens fed in were {like.dtype}.",
+                       hint="a cache must not change dtype: no .float()/.half(), and create any buffer with "
+                       "dtype=k_new.dtype.")
+        if t.device != like.device:
+            raise fail(case, f"{what} returned {name} on device {t.device}, but the tokens fed in were on {like.device}.",
+                       hint="create any buffer on the tokens' device: torch.zeros(..., device=k_new.device).")
+        if t.dim() != 4:
+            raise fail(case, f"{what} returned {name} with {t.dim()} dims, shape {tuple(t.shape)}; expected 4: "
+                       "(batch, heads, tokens, head_dim).", hint="keep the 4-D layout; tokens live in dim 2.")
+        for axis in (0, 1, 3):
+            if t.shape[axis] != like.shape[axis]:
+                raise fail(case, f"{what} returned {name} of shape {tuple(t.shape)}: dim {axis} ({AXES[axis]}) has size "
+                           f"{t.shape[axis]}, expected {like.shape[axis]}.",
+                           hint=f"tokens are stacked along dim 2 (batch, heads, tokens, head_dim); growing dim {axis} "
+                           f"means concatenating along the wrong axis: use torch.cat([...], dim=2).")
+
+
+def as_positions(case: str, got, what: str = "positions") -> list:
+    """A learner's positions (tensor, list or tuple of ints) as a list of ints."""
+    if isinstance(got, torch.Tensor):
+        if got.dim() != 1:
+            raise fail(case, f"{what} has shape {tuple(got.shape)}; expected a 1-D tensor (one position per key).")
+        return [int(x) for x in got.tolist()]
+    if isinstance(got, (list, tuple, range)):
+        try:
+            return [int(x) for x in got]
+        except (TypeError, ValueError):
+            pass
+    raise fail(case, f"{what} is {show(got)} ({type(got).__name__}); expected a 1-D tensor of ints.",
+               hint="return torch.tensor([...], dtype=torch.long): the absolute position of each key update() returned.")
+
+
+def read_positions(case: str, cache) -> list:
+    return as_positions(case, call(case, "the positions property", lambda: cache.positions))
+
+
+class Inputs:
+    """Every key/value fed to a learner's cache, with a private copy to notice in-place writes."""
+
+    def __init__(self):
+        self.fed: list = []
+
+    def add(self, p: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.fed.append((p, k, v, k.clone(), v.clone()))
+
+    def check_untouched(self, case: str) -> None:
+        for p, k, v, k0, v0 in self.fed:
+            if not (torch.equal(k, k0) and torch.equal(v, v0)):
+                raise fail(case, f"the k_new/v_new tensors passed in for token {p} were changed by your cache afterwards.",
+                           hint="a cache must never write into its caller's tensors: if you store k_new itself and "
+                           "later write into that storage in place (copy_, [...] =, +=), copy it first "
+                           "(k_new.clone(), or torch.cat, which makes a new tensor).")

@@ -1,0 +1,30 @@
+"""The catalogue of wrong answers: each a small class or function whose docstring names its bug.
+
+``@wrong(check, *words)`` registers it: ``check`` is the name of the
+``swkv_teach.grading`` function that must reject it, ``words`` must all appear
+(case-insensitive) in the ExerciseFailed message, so each rejection points at
+the bug rather than merely failing. ``needs_accelerator`` marks the few bugs
+only a GPU can expose (a buffer created on the CPU).
+"""
+
+from __future__ import annotations
+
+CATALOGUE: list = []
+
+
+def wrong(check: str, *words: str, needs_accelerator: bool = False):
+    def register(obj):
+        obj.check = check
+        obj.words = words
+        obj.needs_accelerator = needs_accelerator
+        CATALOGUE.append(obj)
+        return obj
+
+    return register
+
+
+def load() -> list:
+    """Every registered wrong answer (importing the modules registers them)."""
+    from tests.wrong_answers import decode, lru, masks, ring, sinks, sliding  # noqa: F401
+
+    return CATALOGUE

@@ -1,0 +1,109 @@
+"""Wrong answers to exercise 04, LRUCache(max_size) with put/get."""
+
+from collections import OrderedDict
+
+from tests.wrong_answers import wrong
+
+
+class _LRU:
+    """The seed's OrderedDict LRU, correct; each bug overrides one method."""
+
+    def __init__(self, max_size):
+        if max_size <= 0:
+            raise ValueError(f"max_size must be positive; got {max_size}")
+        self.max_size = max_size
+        self.cache = OrderedDict()
+
+    def put(self, token_id, key, value):
+        if token_id in self.cache:
+            self.cache.move_to_end(token_id)
+        self.cache[token_id] = (key, value)
+        while len(self.cache) > self.max_size:
+            self.cache.popitem(last=False)
+
+    def get(self, token_id):
+        if token_id not in self.cache:
+            return None
+        self.cache.move_to_end(token_id)
+        return self.cache[token_id]
+
+
+@wrong("check_lru_cache", "get must promote")
+class GetDoesNotPromote(_LRU):
+    """get() reads without moving the entry to the end: FIFO, not LRU."""
+
+    def get(self, token_id):
+        return self.cache.get(token_id)
+
+
+@wrong("check_lru_cache", "re-put must promote")
+class RePutDoesNotPromote(_LRU):
+    """put() on an existing id assigns in place, which keeps its old (least recent) place."""
+
+    def put(self, token_id, key, value):
+        self.cache[token_id] = (key, value)
+        while len(self.cache) > self.max_size:
+            self.cache.popitem(last=False)
+
+
+@wrong("check_lru_cache", "valueerror", "did not raise")
+class NoValueError(_LRU):
+    """Accepts max_size <= 0."""
+
+    def __init__(self, max_size):
+        self.max_size = max_size
+        self.cache = OrderedDict()
+
+
+@wrong("check_lru_cache", "nothing was evicted")
+class NoEviction(_LRU):
+    """Never evicts."""
+
+    def put(self, token_id, key, value):
+        self.cache[token_id] = (key, value)
+        self.cache.move_to_end(token_id)
+
+
+@wrong("check_lru_cache", "wrong entry was evicted", "newest")
+class EvictsNewest(_LRU):
+    """popitem(last=True): evicts the entry just put."""
+
+    def put(self, token_id, key, value):
+        if token_id in self.cache:
+            self.cache.move_to_end(token_id)
+        self.cache[token_id] = (key, value)
+        while len(self.cache) > self.max_size:
+            self.cache.popitem(last=True)
+
+
+@wrong("check_lru_cache", "shared between instances")
+class SharedDict(_LRU):
+    """The dict is a class attribute, shared by every cache."""
+
+    cache = OrderedDict()
+
+    def __init__(self, max_size):
+        if max_size <= 0:
+            raise ValueError("max_size must be positive")
+        self.max_size = max_size
+
+
+@wrong("check_lru_cache", "new key and value")
+class RePutKeepsOldValue(_LRU):
+    """A re-put promotes the id but keeps the old key and value."""
+
+    def put(self, token_id, key, value):
+        if token_id in self.cache:
+            self.cache.move_to_end(token_id)
+            return
+        super().put(token_id, key, value)
+
+
+@wrong("check_lru_cache", "valueerror", "typeerror")
+class WrongErrorType(_LRU):
+    """Raises TypeError for max_size <= 0."""
+
+    def __init__(self, max_size):
+        if max_size <= 0:
+            raise TypeError("bad size")
+        super().__init__(max_size)

@@ -1,0 +1,180 @@
+"""Wrong answers to exercise 01, SlidingWindowKVCache (the seed's reference, each with one bug)."""
+
+import torch
+
+from tests.wrong_answers import wrong
+
+
+class _Seed:
+    """The seed's reference solution, the base the bugs below are made from."""
+
+    window = None
+
+    def __init__(self, window_size):
+        self.window_size = window_size
+        self.k = self.v = None
+
+    def append(self, k_new, v_new):
+        if self.k is None:
+            self.k, self.v = k_new, v_new
+        else:
+            self.k = torch.cat([self.k, k_new], dim=2)
+            self.v = torch.cat([self.v, v_new], dim=2)
+
+
+@wrong("check_sliding_window_cache", "nothing is evicted")
+class NoEviction(_Seed):
+    """Appends but never evicts: the cache grows without bound."""
+
+    def update(self, k_new, v_new):
+        self.append(k_new, v_new)
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "dropped the newest", "front")
+class EvictsNewest(_Seed):
+    """Keeps the first W tokens ([:W]) instead of the last W."""
+
+    def update(self, k_new, v_new):
+        self.append(k_new, v_new)
+        self.k, self.v = self.k[:, :, : self.window_size], self.v[:, :, : self.window_size]
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "off by one", "w - 1")
+class KeepsWMinus1(_Seed):
+    """Evicts down to W - 1 tokens (`>= window_size`, then `[-(W - 1):]`)."""
+
+    def update(self, k_new, v_new):
+        self.append(k_new, v_new)
+        if self.k.shape[2] >= self.window_size:
+            keep = self.window_size - 1
+            self.k, self.v = self.k[:, :, self.k.shape[2] - keep :], self.v[:, :, self.v.shape[2] - keep :]
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "off by one", "w + 1")
+class KeepsWPlus1(_Seed):
+    """Keeps W + 1 tokens (`[-(W + 1):]`)."""
+
+    def update(self, k_new, v_new):
+        self.append(k_new, v_new)
+        W = self.window_size + 1
+        self.k, self.v = self.k[:, :, -W:], self.v[:, :, -W:]
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "wrong axis", "dim 1")
+class WrongAxis(_Seed):
+    """Concatenates along dim 1 (heads) instead of dim 2 (tokens)."""
+
+    def update(self, k_new, v_new):
+        if self.k is None:
+            self.k, self.v = k_new, v_new
+        else:
+            self.k, self.v = torch.cat([self.k, k_new], dim=1), torch.cat([self.v, v_new], dim=1)
+        return self.k[:, -self.window_size * 2 :], self.v[:, -self.window_size * 2 :]
+
+
+@wrong("check_sliding_window_cache", "prepending")
+class Prepends(_Seed):
+    """Puts the new token in front: torch.cat([k_new, self.k])."""
+
+    def update(self, k_new, v_new):
+        if self.k is None:
+            self.k, self.v = k_new, v_new
+        else:
+            self.k, self.v = torch.cat([k_new, self.k], dim=2), torch.cat([v_new, self.v], dim=2)
+        self.k, self.v = self.k[:, :, : self.window_size], self.v[:, :, : self.window_size]
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "values are not evicted")
+class EvictsKeysNotValues(_Seed):
+    """Slices self.k but forgets self.v."""
+
+    def update(self, k_new, v_new):
+        self.append(k_new, v_new)
+        self.k = self.k[:, :, -self.window_size :]
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "before")
+class ReturnsStateBefore(_Seed):
+    """Returns what the cache held before this token was added."""
+
+    def update(self, k_new, v_new):
+        old = (self.k, self.v) if self.k is not None else (k_new[:, :, :0], v_new[:, :, :0])
+        self.append(k_new, v_new)
+        self.k, self.v = self.k[:, :, -self.window_size :], self.v[:, :, -self.window_size :]
+        return old
+
+
+@wrong("check_sliding_window_cache", "swapped")
+class SwapsKV(_Seed):
+    """Returns (v, k)."""
+
+    def update(self, k_new, v_new):
+        self.append(k_new, v_new)
+        self.k, self.v = self.k[:, :, -self.window_size :], self.v[:, :, -self.window_size :]
+        return self.v, self.k
+
+
+@wrong("check_sliding_window_cache", "hard-coded")
+class HardCodedWindow(_Seed):
+    """Keeps the last 3 whatever window_size says (the problem's example hard-coded)."""
+
+    def update(self, k_new, v_new):
+        self.append(k_new, v_new)
+        self.k, self.v = self.k[:, :, -3:], self.v[:, :, -3:]
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "shared between instances")
+class SharedClassState:
+    """Keeps its tokens in a class-level list, shared by every instance."""
+
+    ks, vs = [], []
+
+    def __init__(self, window_size):
+        self.window_size = window_size
+
+    def update(self, k_new, v_new):
+        self.ks.append(k_new)
+        self.vs.append(v_new)
+        del self.ks[: -self.window_size], self.vs[: -self.window_size]
+        return torch.cat(self.ks, dim=2), torch.cat(self.vs, dim=2)
+
+
+@wrong("check_sliding_window_cache", "dtype", "float64")
+class ChangesDtype(_Seed):
+    """Casts the cache to float32 (.float()), changing a float64 caller's dtype."""
+
+    def update(self, k_new, v_new):
+        self.append(k_new, v_new)
+        self.k, self.v = self.k[:, :, -self.window_size :].float(), self.v[:, :, -self.window_size :].float()
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "changed by your cache", "clone")
+class ModifiesCallersTensors(_Seed):
+    """Once full, shifts the window in place: with W = 1 that writes into the caller's first k_new."""
+
+    def update(self, k_new, v_new):
+        if self.k is not None and self.k.shape[2] == self.window_size:
+            for buf, new in ((self.k, k_new), (self.v, v_new)):
+                buf[:, :, :-1] = buf[:, :, 1:].clone()
+                buf[:, :, -1:] = new
+            return self.k, self.v
+        self.append(k_new, v_new)
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "device", needs_accelerator=True)
+class BufferOnCPU(_Seed):
+    """Moves the cache to the CPU (.cpu()), away from the caller's GPU."""
+
+    def update(self, k_new, v_new):
+        self.append(k_new, v_new)
+        self.k, self.v = self.k[:, :, -self.window_size :].cpu(), self.v[:, :, -self.window_size :].cpu()
+        return self.k, self.v
