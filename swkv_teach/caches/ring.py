@@ -69,45 +69,48 @@ class RingBufferKVCache(KVCache):
     # ---------------------------------------------------------------- update
     def update(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write ``(batch, heads, tokens, head_dim)`` keys/values; return ``(k, v)`` to attend over."""
-        k_buf = self.k_buf
-        # fast path: the same one-token shape, dtype and device as last time
+        # fast path: one token, same shape, dtype and device as the buffer. Each test below is
+        # ~0.1 µs of Python, which is why they are plain attribute reads (dtypes are singletons,
+        # so `is` will do) and why `_one_token` is None until the buffer exists.
         if not (
-            k_buf is not None
-            and type(k_new) is torch.Tensor
+            type(k_new) is torch.Tensor
             and type(v_new) is torch.Tensor
             and k_new.shape == self._one_token
             and v_new.shape == self._one_token
-            and k_new.dtype == k_buf.dtype
-            and v_new.dtype == k_buf.dtype
+            and k_new.dtype is self._dtype
+            and v_new.dtype is self._dtype
             and k_new.device == self._device
             and v_new.device == self._device
         ):
-            check_kv(k_new, v_new, k_buf)
-            if k_buf is None:
+            check_kv(k_new, v_new, self.k_buf)
+            if self.k_buf is None:
                 self._allocate(k_new)
             if k_new.shape[2] > 1:
                 return self._update_chunk(k_new, v_new)
 
         seen = self._seen
-        slot = seen if seen < self.num_sinks else self.num_sinks + (seen - self.num_sinks) % self.window_size
+        S = self.num_sinks
+        slot = seen if seen < S else S + (seen - S) % self.window_size
         self._k_slots[slot].copy_(k_new)
         self._v_slots[slot].copy_(v_new)
-        self._seen = seen + 1
+        self._seen = filled = seen + 1
         self._positions = None  # recomputed on demand: the hot path stays two copies
-        filled = seen + 1
-        if filled >= self.capacity:
-            return self.k_buf, self.v_buf
+        if filled >= self._capacity:
+            return self._whole  # the buffers themselves, as a tuple made once
         return self.k_buf[:, :, :filled], self.v_buf[:, :, :filled]
 
     def _allocate(self, like: torch.Tensor) -> None:
         B, H, _, D = like.shape
         self._device = like.device
+        self._dtype = like.dtype
+        self._capacity = self.capacity
         self._one_token = torch.Size((B, H, 1, D))
         self.k_buf = torch.zeros(B, H, self.capacity, D, dtype=like.dtype, device=like.device)
         self.v_buf = torch.zeros_like(self.k_buf)
         # one (B, H, 1, D) view per slot, made once, so a step does no slicing
         self._k_slots = self.k_buf.split(1, dim=2)
         self._v_slots = self.v_buf.split(1, dim=2)
+        self._whole = (self.k_buf, self.v_buf)
 
     def _update_chunk(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         S, W, n = self.num_sinks, self.window_size, self._seen
@@ -165,7 +168,8 @@ class RingBufferKVCache(KVCache):
         self.k_buf = self.v_buf = None
         self._k_slots = self._v_slots = ()
         self._one_token = None
-        self._device = None
+        self._device = self._dtype = None
+        self._whole = None
         self._seen = 0
         self._positions = None
 

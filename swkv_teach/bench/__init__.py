@@ -1,0 +1,209 @@
+"""The measurement suite: how much one decode step's cache update costs, per cache, per window.
+
+    python -m swkv_teach.bench                 # windows 64 256 1024 4096, table on stdout
+    swkv-teach bench --quick --json out.json   # a few seconds; every figure in JSON
+
+For each window ``W``, in one process, once the window is full:
+
+* µs per one-token update for the floor (two ``copy_`` into ready slots),
+  the ring buffer, the sinks cache, the naive cat-and-slice cache, and
+  transformers' dynamic and static sliding-window layers (when installed);
+* the SDPA read of one query over ``W`` keys, so the update's share of a
+  step shows;
+* bytes each cache holds and bytes it allocates per step;
+* decode tokens/s of :class:`~swkv_teach.model.Decoder` (ring and naive caches)
+  against ``MistralForCausalLM`` with its own cache, same tiny random weights.
+
+Medians with min–max over ``--repeats``; ratios are to the ring buffer
+(updates) or to Hugging Face (decode). How each figure is taken:
+:mod:`swkv_teach.bench.measure`. Timings on a shared machine are noisy:
+compare ratios within one run, not figures across runs (``--threads 1``
+steadies a busy CPU).
+
+``--json PATH`` (and :func:`run`) gives one dict:
+
+* ``env``: python, torch, transformers (None if absent), device, device_name, threads, cpu_count, platform;
+* ``config``: windows, batch, heads, head_dim, dtype, steps, repeats, decode_steps, quick, num_sinks;
+* ``updates``: a row per (window, cache) with ``us`` {median, min, max, samples} per update,
+  ``ratio_to_ring``, ``share_of_step`` (update / (update + SDPA read)), ``bytes_held``,
+  ``bytes_per_step``, ``bytes_formula`` (ring and sinks: ``2·B·H·slots·D·itemsize``, else None),
+  ``calls_per_repeat``, ``label`` and, for caches, ``class``;
+* ``attention``: a row per window, ``us`` of the SDPA read;
+* ``decode``: a row per (window, impl) with ``tokens_per_s`` and ``us_per_token`` {median, min, max,
+  samples}, ``ratio_to_hf``, ``same_tokens`` (greedy tokens equal Hugging Face's);
+* ``targets``: per target, ``value``, ``target``, ``met`` (None when not measured), ``what``;
+* ``notes``: what was skipped and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from swkv_teach.bench import decode as decode_mod
+from swkv_teach.bench.measure import bytes_allocated_per_call, bytes_held, calls_per_repeat, time_us_interleaved
+from swkv_teach.bench.report import environment, table, targets
+from swkv_teach.bench.updates import NUM_SINKS, attention_read, subjects
+from swkv_teach.device import device as default_device
+
+__all__ = ["main", "run"]
+
+FULL = dict(windows=[64, 256, 1024, 4096], steps=20, repeats=7, repeat_s=0.05, decode_steps=32)
+QUICK = dict(windows=[8, 32], steps=5, repeats=3, repeat_s=0.002, decode_steps=4)
+
+
+def _hf_missing() -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        return "transformers is not installed: Hugging Face rows skipped"
+    return None
+
+
+def _progress(total: int, enabled: bool):
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # tqdm is a dependency, but a bare environment should still run
+        return None
+    return tqdm(total=total, desc="bench", file=sys.stderr, disable=not enabled, leave=False)
+
+
+def run(
+    windows=None, batch: int = 1, heads: int = 8, head_dim: int = 64, dtype: str = "float32", device=None,
+    steps: int | None = None, repeats: int | None = None, quick: bool = False, decode: bool = True,
+    hf: bool = True, progress: bool = True, threads: int | None = None,
+) -> dict:
+    """Measure everything; return the result dict that ``--json`` writes (see the module docstring).
+
+    ``steps``: at least this many calls per timed repeat (fast calls get more, so a repeat lasts
+    ~50 ms, 2 ms with ``quick``); decode times 32 tokens per repeat (4 with ``quick``, ``steps`` when given).
+    ``threads``: torch's intra-op threads for the run (restored after); on a busy machine 1 is steadier.
+    """
+    previous_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, decode, hf, progress)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, decode, hf, progress) -> dict:
+    preset = dict(QUICK if quick else FULL)
+    windows = list(dict.fromkeys(windows or preset["windows"]))  # each window once, in the order given
+    steps = steps or preset["steps"]
+    repeats = repeats or preset["repeats"]
+    decode_steps = preset["decode_steps"] if steps == preset["steps"] else max(2, steps)
+    dev = default_device() if device in (None, "auto") else torch.device(device)
+    torch_dtype = getattr(torch, dtype)
+    notes = []
+    if hf and (missing := _hf_missing()):
+        notes.append(missing)
+        hf = False
+    if decode and (why := decode_mod.unavailable()):
+        notes.append(f"decode comparison skipped: {why}")
+        decode = False
+    bar = _progress(len(windows) * (1 + decode), progress)
+
+    updates, attention, decode_rows = [], [], []
+    g = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for W in windows:
+            k = torch.randn(batch, heads, 1, head_dim, generator=g).to(dev, torch_dtype)
+            v = torch.randn(batch, heads, 1, head_dim, generator=g).to(dev, torch_dtype)
+            read = attention_read(W, k)
+            todo = [*subjects(W, k, v, hf), read]
+            calls = {}
+            for subject in todo:
+                subject.fill()
+                for _ in range(subject.warmup):
+                    subject.step()
+                calls[subject.name] = (subject.step, calls_per_repeat(subject.step, dev, steps, preset["repeat_s"]))
+            if bar is not None:
+                bar.set_postfix_str(f"W={W} updates")
+            times = time_us_interleaved(calls, dev, repeats)
+            for subject in todo:
+                row = {"window": W, "cache": subject.name, "label": subject.label,
+                       "us": times[subject.name].as_dict(), "calls_per_repeat": calls[subject.name][1], **subject.meta}
+                if subject is read:
+                    attention.append(row)
+                else:
+                    row["bytes_per_step"] = bytes_allocated_per_call(subject.step, dev)
+                    row["bytes_held"] = bytes_held(subject.held())
+                    updates.append(row)
+            if bar is not None:
+                bar.update()
+            itemsize = torch.empty((), dtype=torch_dtype).element_size()
+            ring_us = next(r["us"]["median"] for r in updates if r["window"] == W and r["cache"] == "ring")
+            read_us = attention[-1]["us"]["median"]
+            for r in (r for r in updates if r["window"] == W):
+                r["ratio_to_ring"] = r["us"]["median"] / ring_us
+                r["share_of_step"] = r["us"]["median"] / (r["us"]["median"] + read_us)
+                slots = {"ring": W, "sinks": W + NUM_SINKS}.get(r["cache"])
+                r["bytes_formula"] = None if slots is None else 2 * batch * heads * slots * head_dim * itemsize
+            if decode:
+                if bar is not None:
+                    bar.set_postfix_str(f"W={W} decode")
+                decode_rows += decode_mod.decode_rows(W, torch_dtype, dev, decode_steps, repeats, batch)
+                if bar is not None:
+                    bar.update()
+    if bar is not None:
+        bar.close()
+    return {
+        "env": environment(dev),
+        "config": {"windows": windows, "batch": batch, "heads": heads, "head_dim": head_dim, "dtype": dtype,
+                   "steps": steps, "repeats": repeats, "decode_steps": decode_steps, "quick": quick,
+                   "num_sinks": NUM_SINKS},
+        "updates": updates,
+        "attention": attention,
+        "decode": decode_rows,
+        "targets": targets(updates, decode_rows),
+        "notes": notes,
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="swkv-teach bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--windows", type=int, nargs="+", help=f"window sizes (default {FULL['windows']})")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16", "float64"])
+    p.add_argument("--device", default="auto", help="auto (swkv_teach.device()), cpu, cuda, cuda:1, mps")
+    p.add_argument("--steps", type=int, help=f"at least this many calls per repeat (default {FULL['steps']})")
+    p.add_argument("--repeats", type=int, help=f"timed repeats per figure (default {FULL['repeats']})")
+    p.add_argument("--quick", action="store_true", help="small windows, few steps: a few seconds")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's own choice)")
+    p.add_argument("--no-decode", action="store_true", help="skip the Decoder vs Hugging Face decode comparison")
+    p.add_argument("--no-hf", action="store_true", help="skip every Hugging Face row")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm bar on stderr")
+    p.add_argument("--json", type=Path, metavar="PATH", help="also write every figure and the environment here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    for name in ("batch", "heads", "head_dim", "steps", "repeats", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            print(f"swkv-teach bench: --{name.replace('_', '-')} must be >= 1; got {value}", file=sys.stderr)
+            return 2
+    if args.windows and min(args.windows) < 1:
+        print(f"swkv-teach bench: --windows must all be >= 1; got {args.windows}", file=sys.stderr)
+        return 2
+    result = run(
+        windows=args.windows, batch=args.batch, heads=args.heads, head_dim=args.head_dim, dtype=args.dtype,
+        device=args.device, steps=args.steps, repeats=args.repeats, quick=args.quick,
+        decode=not (args.no_decode or args.no_hf), hf=not args.no_hf, progress=not args.no_progress,
+        threads=args.threads,
+    )
+    print(table(result))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
+        print(f"wrote {args.json}")
+    return 0

@@ -1,0 +1,113 @@
+"""Turning measurements into what a reader checks: the environment, the targets, a plain-text table."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import sys
+
+import torch
+
+# The ring buffer's targets, judged as ratios within one run (never asserted by tests: timings are noisy).
+TARGETS = {
+    "ring_flat_in_window": ("ring µs at the largest window / at the smallest, net of the floor's growth", "<=", 1.2),
+    "ring_vs_floor": ("ring µs / floor µs at the largest window", "<=", 1.5),
+    "hf_dynamic_vs_ring": ("HF dynamic sliding layer µs / ring µs at the largest window", ">=", 40.0),
+    "ring_bytes_per_step": ("bytes the ring allocates per steady-state step, worst window", "<=", 0.0),
+    "ring_held_is_formula": ("ring bytes held == 2·B·H·W·D·itemsize at every window (1 = yes)", ">=", 1.0),
+    "decode_vs_hf": ("Decoder+ring tokens/s / HF Mistral tokens/s, worst window", ">=", 1.5),
+}
+
+
+def environment(device: torch.device) -> dict:
+    try:
+        transformers_version = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        transformers_version = None
+    env = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers_version,
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+    }
+    return env
+
+
+def targets(updates: list[dict], decode: list[dict]) -> dict:
+    """Each target's measured value and whether it holds; None where its rows were not measured."""
+    by = {(r["window"], r["cache"]): r for r in updates}
+    windows = sorted({r["window"] for r in updates})
+    lo, hi = windows[0], windows[-1]
+    us = lambda W, name: by[(W, name)]["us"]["median"] if (W, name) in by else None  # noqa: E731
+    value = {}
+    if len(windows) > 1:
+        growth = us(hi, "floor") - us(lo, "floor")
+        value["ring_flat_in_window"] = (us(hi, "ring") - growth) / us(lo, "ring")
+    else:
+        value["ring_flat_in_window"] = None
+    value["ring_vs_floor"] = us(hi, "ring") / us(hi, "floor")
+    hf = us(hi, "hf_dynamic_sliding")
+    value["hf_dynamic_vs_ring"] = None if hf is None else hf / us(hi, "ring")
+    rings = [r for r in updates if r["cache"] == "ring"]
+    value["ring_bytes_per_step"] = max(r["bytes_per_step"] for r in rings)
+    value["ring_held_is_formula"] = float(all(r["bytes_held"] == r["bytes_formula"] for r in rings))
+    ours = [r["ratio_to_hf"] for r in decode if r["impl"] == "swkv_ring"]
+    value["decode_vs_hf"] = min(ours) if ours else None
+    out = {}
+    for name, (what, op, goal) in TARGETS.items():
+        v = value[name]
+        met = None if v is None else (v <= goal if op == "<=" else v >= goal)
+        out[name] = {"what": what, "value": v, "target": f"{op} {goal:g}", "met": met}
+    return out
+
+
+def _bytes(n: float) -> str:
+    # whole KiB, not MiB: the naive cache's extra token (W + 1 held) must stay visible
+    return f"{n:.0f} B" if abs(n) < 1024 else f"{n / 1024:,.0f} KiB"
+
+
+def table(result: dict) -> str:
+    """The run as plain text: update rows per window, decode rows, targets, notes."""
+    env, cfg = result["env"], result["config"]
+    lines = [
+        f"swkv_teach bench  device={env['device']}  dtype={cfg['dtype']}  B={cfg['batch']} H={cfg['heads']} "
+        f"D={cfg['head_dim']}  threads={env['threads']}  torch {env['torch']}  transformers {env['transformers']}",
+        "µs per one-token update once the window is full: median (min–max) over repeats; ×ring = median / ring's;",
+        "% step = update / (update + SDPA read of the window); held = bytes the cache keeps; alloc = bytes per step",
+        "",
+        f"{'W':>5}  {'cache':<32}{'µs':>9}  {'min–max':<17}{'×ring':>8}{'% step':>8}{'held':>11}{'alloc/step':>12}",
+    ]
+    attention = {r["window"]: r for r in result["attention"]}
+    for W in cfg["windows"]:
+        for r in (r for r in result["updates"] if r["window"] == W):
+            us = r["us"]
+            lines.append(
+                f"{W:>5}  {r['label']:<32}{us['median']:>9.2f}  {us['min']:>7.2f}–{us['max']:<9.2f}"
+                f"{r['ratio_to_ring']:>8.2f}{100 * r['share_of_step']:>7.0f}%{_bytes(r['bytes_held']):>11}"
+                f"{_bytes(r['bytes_per_step']):>12}"
+            )
+        a = attention[W]["us"]
+        lines.append(f"{W:>5}  {attention[W]['label']:<32}{a['median']:>9.2f}  "
+                     f"{a['min']:>7.2f}–{a['max']:<9.2f}")
+        lines.append("")
+    if result["decode"]:
+        lines.append("decode, tiny Mistral (2 layers, dim 64), same weights, prompt of W tokens then greedy steps")
+        lines.append(f"{'W':>5}  {'implementation':<20}{'tokens/s':>10}  {'min–max':<19}{'×HF':>6}  same tokens as HF")
+        for r in result["decode"]:
+            t = r["tokens_per_s"]
+            lines.append(f"{r['window']:>5}  {r['impl']:<20}{t['median']:>10.0f}  {t['min']:>8.0f}–{t['max']:<10.0f}"
+                         f"{r['ratio_to_hf']:>6.2f}  {'yes' if r['same_tokens'] else 'NO'}")
+        lines.append("")
+    lines.append("targets for the ring buffer (ratios from this run; set for the default windows 64..4096)")
+    for name, t in result["targets"].items():
+        v = "not measured" if t["value"] is None else f"{t['value']:.3g}"
+        mark = {True: "ok  ", False: "MISS", None: "--  "}[t["met"]]
+        lines.append(f"  {mark} {name:<22}{v:>14} (target {t['target']})  {t['what']}")
+    for note in result["notes"]:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)

@@ -1,0 +1,157 @@
+"""The benchmark suite runs quickly and reports what it documents: no test here asserts a speed.
+
+One ``--quick`` run (module-scoped, a few seconds) is checked for the
+fields the benchmarks notebook reads and for figures that must hold on any
+machine: positive times, the ring buffer allocating nothing per step and
+holding exactly ``2·B·H·W·D·itemsize`` bytes, ratios that agree with the times.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import time
+
+import pytest
+import torch
+
+from swkv_teach.bench import main
+from swkv_teach.bench.measure import AllocationCounter, bytes_allocated_per_call, bytes_held
+from swkv_teach.bench.report import TARGETS
+
+HAS_HF = importlib.util.find_spec("transformers") is not None
+HAS_DECODER = HAS_HF and importlib.util.find_spec("swkv_teach.hf") is not None
+ARGS = ["--quick", "--batch", "2", "--heads", "3", "--head-dim", "16", "--device", "cpu", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bench") / "out.json"
+    start = time.perf_counter()
+    code = main([*ARGS, "--json", str(path)])
+    return code, time.perf_counter() - start, json.loads(path.read_text())
+
+
+def test_quick_runs_in_seconds_and_exits_0(quick_run):
+    code, seconds, _ = quick_run
+    assert code == 0
+    # mostly importing torch and transformers; 120 s leaves room for a shared, busy 2-core machine
+    assert seconds < 120, f"--quick took {seconds:.1f} s; it should take seconds"
+
+
+def test_json_records_config_and_environment(quick_run):
+    _, _, result = quick_run
+    assert set(result) >= {"env", "config", "updates", "attention", "decode", "targets", "notes"}
+    assert set(result["env"]) >= {"python", "torch", "transformers", "device", "threads"}
+    assert result["env"]["torch"] == torch.__version__
+    assert result["env"]["device"] == "cpu" and result["env"]["threads"] >= 1
+    cfg = result["config"]
+    assert (cfg["batch"], cfg["heads"], cfg["head_dim"], cfg["dtype"], cfg["quick"]) == (2, 3, 16, "float32", True)
+    assert set(TARGETS) == set(result["targets"])
+
+
+def test_every_window_has_every_cache_with_positive_times(quick_run):
+    _, _, result = quick_run
+    expected = {"floor", "ring", "sinks", "naive"} | ({"hf_dynamic_sliding", "hf_static_sliding"} if HAS_HF else set())
+    for W in result["config"]["windows"]:
+        rows = {r["cache"]: r for r in result["updates"] if r["window"] == W}
+        assert set(rows) == expected, f"W={W}"
+        for name, r in rows.items():
+            us = r["us"]
+            assert 0 < us["min"] <= us["median"] <= us["max"], (W, name, us)
+            assert len(us["samples"]) == result["config"]["repeats"]
+            assert r["bytes_held"] > 0 and r["bytes_per_step"] >= 0
+        (read,) = [r for r in result["attention"] if r["window"] == W]
+        assert read["us"]["median"] > 0
+
+
+def test_ring_allocates_nothing_and_holds_exactly_its_buffers(quick_run):
+    _, _, result = quick_run
+    B, H, D = 2, 3, 16
+    for r in result["updates"]:
+        W = r["window"]
+        if r["cache"] == "ring":
+            assert r["bytes_per_step"] == 0, f"W={W}"
+            assert r["bytes_held"] == r["bytes_formula"] == 2 * B * H * W * D * 4
+        if r["cache"] == "sinks":
+            assert r["bytes_per_step"] == 0
+            assert r["bytes_held"] == 2 * B * H * (W + result["config"]["num_sinks"]) * D * 4
+
+
+def test_naive_cache_allocates_a_whole_window_per_step(quick_run):
+    """cat copies the W - 1 kept tokens and the new one into a fresh (W + 1)-token tensor, for k and for v."""
+    _, _, result = quick_run
+    B, H, D = 2, 3, 16
+    for r in result["updates"]:
+        if r["cache"] == "naive":
+            assert r["bytes_per_step"] == 2 * B * H * (r["window"] + 1) * D * 4
+
+
+def test_ratios_agree_with_the_times(quick_run):
+    _, _, result = quick_run
+    for W in result["config"]["windows"]:
+        rows = {r["cache"]: r for r in result["updates"] if r["window"] == W}
+        ring = rows["ring"]["us"]["median"]
+        read = next(r for r in result["attention"] if r["window"] == W)["us"]["median"]
+        for r in rows.values():
+            assert math.isclose(r["ratio_to_ring"], r["us"]["median"] / ring, rel_tol=1e-9)
+            assert math.isclose(r["share_of_step"], r["us"]["median"] / (r["us"]["median"] + read), rel_tol=1e-9)
+    t = result["targets"]
+    hi = max(result["config"]["windows"])
+    by = {(r["window"], r["cache"]): r["us"]["median"] for r in result["updates"]}
+    assert math.isclose(t["ring_vs_floor"]["value"], by[(hi, "ring")] / by[(hi, "floor")], rel_tol=1e-9)
+    assert t["ring_bytes_per_step"]["met"] is True and t["ring_held_is_formula"]["met"] is True
+
+
+@pytest.mark.skipif(not HAS_DECODER, reason="needs transformers and swkv_teach.hf")
+def test_decode_rows_compare_the_decoder_with_hugging_face(quick_run):
+    _, _, result = quick_run
+    assert result["decode"], result["notes"]
+    for W in result["config"]["windows"]:
+        rows = {r["impl"]: r for r in result["decode"] if r["window"] == W}
+        assert set(rows) == {"swkv_ring", "swkv_naive", "hf_mistral"}
+        hf = rows["hf_mistral"]["tokens_per_s"]["median"]
+        for r in rows.values():
+            assert r["tokens_per_s"]["median"] > 0
+            assert math.isclose(r["ratio_to_hf"], r["tokens_per_s"]["median"] / hf, rel_tol=1e-9)
+            assert r["same_tokens"], f"W={W} {r['impl']}: same weights, same window, different greedy tokens"
+
+
+def test_table_is_printed(quick_run, capsys):
+    main([*ARGS, "--windows", "4", "--repeats", "1", "--steps", "2", "--no-hf"])
+    out = capsys.readouterr().out
+    assert "ring buffer" in out and "targets for the ring buffer" in out
+    assert "decode comparison skipped" not in out  # --no-hf skips it on purpose, not for lack of a Decoder
+
+
+def test_bad_option_names_the_option(capsys):
+    assert main(["--heads", "0"]) == 2
+    assert "--heads must be >= 1; got 0" in capsys.readouterr().err
+
+
+def test_allocation_counter_counts_created_storages_not_views_or_copies():
+    a, b = torch.zeros(4, 8), torch.ones(1, 8)
+    with AllocationCounter() as counter:
+        a[2:3].copy_(b)  # in place: nothing new
+        a[:, :4].t()  # views: nothing new
+    assert counter.bytes == 0
+    with AllocationCounter() as counter:
+        torch.cat([a, b])  # a fresh (5, 8) float32 tensor
+    assert counter.bytes == 5 * 8 * 4
+    assert bytes_allocated_per_call(lambda: a + 1, torch.device("cpu"), calls=3) == 4 * 8 * 4
+
+
+def test_bytes_held_counts_a_views_whole_storage_once():
+    base = torch.zeros(10, 4)
+    assert bytes_held([base[1:3], base[5:], None]) == 10 * 4 * 4
+
+
+def test_without_transformers_the_hf_rows_and_decode_are_skipped_with_a_note(monkeypatch, capsys):
+    real = importlib.util.find_spec
+    fake = lambda name, *a: None if name == "transformers" else real(name, *a)  # noqa: E731
+    monkeypatch.setattr(importlib.util, "find_spec", fake)
+    assert main([*ARGS, "--windows", "4", "--repeats", "1", "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "DynamicSlidingWindowLayer" not in out and "hf_mistral" not in out
+    assert "note: transformers is not installed" in out and "note: decode comparison skipped" in out
