@@ -8,6 +8,9 @@ BIN        := $(VENV)/bin
 TORCH_SPEC ?= torch
 EXTRAS     ?= test,hf
 PYTEST_ARGS ?=
+# One BLAS/OpenMP thread per process: the tests start kernels beside pytest, and on a
+# 2-core machine two threads per process fight each other (measured: 8x slower).
+TEST_THREADS ?= 1
 NBVAL      := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg
 # JupyterLab refuses to run as root without this (containers, Colab-like VMs).
 ROOT_FLAG  := $(if $(filter 0,$(shell id -u)),--allow-root,)
@@ -30,7 +33,7 @@ lab: $(VENV)/.installed-lab
 	$(BIN)/jupyter lab $(ROOT_FLAG) notebooks/
 
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest $(NBVAL) tests notebooks solutions $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$(TEST_THREADS) $(BIN)/python -m pytest $(NBVAL) tests notebooks solutions $(PYTEST_ARGS)
 
 # The classroom's GPU runtime: the same suite and the exercise grading, forced onto CUDA.
 gpu-check: $(VENV)/.installed-test

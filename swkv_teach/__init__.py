@@ -16,11 +16,16 @@ from swkv_teach.caches import (
 )
 from swkv_teach.device import available_devices, device
 from swkv_teach.masks import sliding_window_mask, window_mask
+from swkv_teach.model import Decoder, DecoderConfig
+from swkv_teach.pretrained import CharTokenizer, load_pretrained
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CACHE_KINDS",
+    "CharTokenizer",
+    "Decoder",
+    "DecoderConfig",
     "KVCache",
     "LRUKVCache",
     "RingBufferKVCache",
@@ -31,6 +36,7 @@ __all__ = [
     "available_devices",
     "cached_attention",
     "device",
+    "load_pretrained",
     "make_cache",
     "sliding_window_attention",
     "sliding_window_mask",

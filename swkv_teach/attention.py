@@ -61,13 +61,18 @@ def cached_attention(
 
     Args:
         q: ``(batch, heads, tokens, head_dim)``, the new queries.
-        k, v: ``(batch, heads, n, head_dim)``, any order (a ring buffer's slot order is fine).
+        k, v: ``(batch, kv_heads, n, head_dim)``, any order (a ring buffer's slot order is fine).
+            ``kv_heads`` may divide ``heads`` (grouped-query attention): key/value head ``h``
+            then serves query heads ``h * g .. h * g + g - 1`` with ``g = heads // kv_heads``,
+            as Hugging Face's ``repeat_kv`` lays them out, without copying the keys ``g`` times.
         q_positions: ``(tokens,)`` absolute positions of the queries.
         k_positions: ``(n,)`` absolute positions of the keys, as the cache's ``positions``.
     Returns:
         ``(batch, heads, tokens, head_dim)``, via ``F.scaled_dot_product_attention``.
     """
     mask = window_mask(q_positions, k_positions, window_size, num_sinks).to(q.device)
+    if k.shape[-3] != q.shape[-3]:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 

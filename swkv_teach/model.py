@@ -1,0 +1,370 @@
+"""A Mistral-style decoder, small enough to read top to bottom, that drives the KV caches.
+
+References: Mistral 7B (Jiang et al. 2023) for sliding-window attention with
+grouped-query attention; Hugging Face's ``modeling_mistral.py`` for the exact
+layout (RoPE on split halves via ``rotate_half``, RMSNorm in float32, SwiGLU);
+nanoGPT for the shape of this file.
+
+Window convention: :mod:`swkv_teach.masks` (query ``i`` sees keys
+``i - W < j <= i``, plus the first ``num_sinks`` when asked).
+
+Three ways to run the same weights, which the tests hold equal:
+
+* :meth:`Decoder.forward` — the oracle: the whole sequence at once, no cache.
+* :meth:`Decoder.score` — the same logits, fed through per-layer caches in
+  chunks of ``chunk_size`` tokens (``step`` underneath).
+* :meth:`Decoder.generate` — the prompt as one chunk, then one token per step;
+  the caches hold at most ``W`` tokens, so memory stays flat however long it runs.
+
+The decoder knows a cache only through the :class:`~swkv_teach.caches.KVCache`
+interface: ``update`` (keys *after* RoPE in, keys to attend over out),
+``positions`` (their absolute positions, for the mask) and ``seen`` (where
+the next token's rotary position starts). Never ``len(cache)``: a full
+window holds ``W`` tokens however many came before.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from swkv_teach._validate import check_nonnegative_int, check_positive_int
+from swkv_teach.attention import cached_attention
+from swkv_teach.caches import CACHE_KINDS, KVCache, make_cache
+
+__all__ = ["Attention", "Block", "Decoder", "DecoderConfig", "LayerCaches", "MLP", "RMSNorm", "rotary"]
+
+
+@dataclass
+class DecoderConfig:
+    vocab_size: int = 128
+    dim: int = 64  # hidden size (HF: hidden_size)
+    n_layers: int = 2
+    n_heads: int = 4  # query heads
+    n_kv_heads: int = 2  # grouped-query attention: each key/value head serves n_heads // n_kv_heads query heads
+    head_dim: int = 16  # Mistral sets it explicitly; it need not be dim // n_heads
+    hidden_dim: int = 128  # SwiGLU inner size (HF: intermediate_size)
+    window_size: int = 8  # sliding window W, the package's convention (HF: sliding_window)
+    rope_theta: float = 10000.0  # RoPE base; Mistral 7B v0.1 uses 10000, later models 1e6
+    norm_eps: float = 1e-6
+    tie_embeddings: bool = False  # share the input embedding with the output head
+
+    def __post_init__(self):
+        for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "hidden_dim", "window_size"):
+            check_positive_int(name, getattr(self, name))
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_heads must be a multiple of n_kv_heads; got n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim must be even (RoPE rotates pairs of dims); got {self.head_dim}")
+
+
+class RMSNorm(nn.Module):
+    """``x / rms(x) * weight``, computed in float32 whatever the input dtype (as Hugging Face does)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """RoPE's ``cos`` and ``sin`` for absolute ``positions`` ``(T,)``: each ``(T, head_dim)``.
+
+    Frequencies are computed in float32 on the fly (not stored as a buffer,
+    which ``.to(bfloat16)`` would round); the halves layout matches
+    Hugging Face: dim ``d`` and ``d + head_dim/2`` rotate together.
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float, device=positions.device) / head_dim))
+    freqs = positions.float()[:, None] * inv_freq[None, :]  # (T, head_dim/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (T, head_dim)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` ``(B, H, T, head_dim)`` by the angles in ``cos``/``sin`` ``(T, head_dim)``."""
+    return x * cos + _rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    """Grouped-query attention with a sliding window; the mask comes from absolute positions."""
+
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.config = config
+        c = config
+        self.q_proj = nn.Linear(c.dim, c.n_heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(c.dim, c.n_kv_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(c.dim, c.n_kv_heads * c.head_dim, bias=False)
+        self.o_proj = nn.Linear(c.n_heads * c.head_dim, c.dim, bias=False)
+
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Project and rotate: q ``(B, n_heads, T, hd)``, k and v ``(B, n_kv_heads, T, hd)``, RoPE applied."""
+        B, T, _ = x.shape
+        c = self.config
+        q = self.q_proj(x).view(B, T, c.n_heads, c.head_dim).transpose(1, 2)  # (B, nh, T, hd)
+        k = self.k_proj(x).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
+        v = self.v_proj(x).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
+        cos, sin = rotary(positions, c.head_dim, c.rope_theta, x.dtype)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        q_positions: torch.Tensor,
+        k_positions: torch.Tensor,
+        num_sinks: int = 0,
+        window_size: int | None = None,
+    ) -> torch.Tensor:
+        """Queries ``(B, nh, T, hd)`` over keys/values ``(B, nkv, n, hd)`` in any order -> ``(B, T, dim)``.
+
+        ``k_positions`` ``(n,)`` are the keys' absolute positions (a cache's
+        ``positions``); the mask is :func:`~swkv_teach.masks.window_mask`
+        with ``window_size`` (default: the config's) and ``num_sinks``.
+        """
+        B, nh, T, hd = q.shape
+        W = self.config.window_size if window_size is None else window_size
+        # GQA: key/value head h serves query heads h*group .. h*group + group - 1 (HF's repeat_kv);
+        # SDPA does the grouping itself, so the window is not copied group times per step
+        y = cached_attention(q, k, v, q_positions, k_positions, W, num_sinks)  # (B, nh, T, hd)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, nh * hd))
+
+
+class MLP(nn.Module):
+    """SwiGLU: ``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.dim, config.hidden_dim, bias=False)
+        self.up_proj = nn.Linear(config.dim, config.hidden_dim, bias=False)
+        self.down_proj = nn.Linear(config.hidden_dim, config.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``."""
+
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(config.dim, config.norm_eps)
+        self.attn = Attention(config)
+        self.mlp_norm = RMSNorm(config.dim, config.norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        cache: KVCache | None = None,
+        num_sinks: int = 0,
+        window_size: int | None = None,
+    ) -> torch.Tensor:
+        """``x`` ``(B, T, dim)`` at absolute ``positions`` ``(T,)`` -> ``(B, T, dim)``.
+
+        Without a cache the tokens attend among themselves (the oracle); with
+        one, the cache turns this chunk's keys into what it should attend over.
+        """
+        q, k, v = self.attn.qkv(self.attn_norm(x), positions)
+        k_positions = positions
+        if cache is not None:
+            k, v = cache.update(k, v)  # keys cached after RoPE
+            k_positions = cache.positions.to(positions.device)
+        x = x + self.attn.attend(q, k, v, positions, k_positions, num_sinks, window_size)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class LayerCaches(list):
+    """One :class:`~swkv_teach.caches.KVCache` per layer, plus the mask rule they were made for.
+
+    A plain list would do for the caches; the two attributes save ``step``
+    from asking again which window and how many sinks to mask with.
+    """
+
+    def __init__(self, caches, window_size: int, num_sinks: int = 0):
+        super().__init__(caches)
+        self.window_size = window_size
+        self.num_sinks = num_sinks
+
+
+class Decoder(nn.Module):
+    """Token embedding, ``n_layers`` blocks, final norm, output head (tied or not)."""
+
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.dim)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = RMSNorm(config.dim, config.norm_eps)
+        self.lm_head = nn.Linear(config.dim, config.vocab_size, bias=False)
+        self.apply(self._init_weights)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+        # GPT-2's trick: shrink the projections that add into the residual stream, one pair per layer
+        for name, p in self.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layers))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @classmethod
+    def from_hf(cls, hf_model) -> "Decoder":
+        """A Decoder holding the weights of a Hugging Face ``MistralForCausalLM`` (see :mod:`swkv_teach.hf`)."""
+        from swkv_teach.hf import from_hf  # lazy: only hf.py imports transformers
+
+        return from_hf(hf_model)
+
+    # ------------------------------------------------------------------ checks
+    def _check_ids(self, name: str, ids) -> torch.Tensor:
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
+            got = f"shape {tuple(ids.shape)} dtype {ids.dtype}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+            raise ValueError(f"{name} must be a 2-D long tensor (batch, tokens); got {got}")
+        if ids.shape[1] < 1:
+            raise ValueError(f"{name} must hold at least one token; got shape {tuple(ids.shape)}")
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= self.config.vocab_size:
+            raise ValueError(f"{name} must hold token ids in [0, {self.config.vocab_size}); got values in [{lo}, {hi}]")
+        return ids
+
+    @staticmethod
+    def _check_kind(kind) -> str:
+        if kind not in CACHE_KINDS:
+            raise ValueError(f"cache must be one of {CACHE_KINDS}; got {kind!r}")
+        return kind
+
+    # ------------------------------------------------------------------ oracle
+    def forward(self, input_ids: torch.Tensor, num_sinks: int = 0, window_size: int | None = None) -> torch.Tensor:
+        """The oracle: logits ``(B, T, vocab)`` for the whole sequence, sliding-window mask, no cache.
+
+        ``num_sinks``/``window_size`` change the mask only (same weights), so
+        a sinks cache or a different window has an oracle too.
+        """
+        B, T = input_ids.shape
+        check_nonnegative_int("num_sinks", num_sinks)
+        positions = torch.arange(T, device=input_ids.device)  # (T,)
+        x = self.embed(input_ids)  # (B, T, dim)
+        for layer in self.layers:
+            x = layer(x, positions, None, num_sinks, window_size)
+        return self.lm_head(self.norm(x))  # (B, T, vocab)
+
+    # ------------------------------------------------------------------ with caches
+    def new_caches(self, kind: str = "ring", num_sinks: int = 4, window_size: int | None = None) -> LayerCaches:
+        """Fresh caches, one per layer, of ``kind`` (see :data:`~swkv_teach.caches.CACHE_KINDS`).
+
+        ``window_size`` defaults to the config's; ``num_sinks`` is used by ``"sinks"`` only.
+        """
+        self._check_kind(kind)
+        W = self.config.window_size if window_size is None else check_positive_int("window_size", window_size)
+        S = check_positive_int("num_sinks", num_sinks) if kind == "sinks" else 0
+        return LayerCaches([make_cache(kind, W, num_sinks) for _ in self.layers], W, S)
+
+    def step(self, input_ids: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
+        """Feed ``c`` new tokens ``(B, c)`` through ``caches``; logits ``(B, c, vocab)``.
+
+        Their positions start at ``caches[0].seen`` (every layer has seen the
+        same tokens). ``caches`` from :meth:`new_caches` carry their window and
+        sinks; a plain list gets the config's window and no sinks.
+        """
+        if len(caches) != len(self.layers):
+            raise ValueError(f"caches must hold one cache per layer ({len(self.layers)}); got {len(caches)}")
+        W = getattr(caches, "window_size", self.config.window_size)
+        S = getattr(caches, "num_sinks", 0)
+        B, c = input_ids.shape
+        start = caches[0].seen
+        positions = torch.arange(start, start + c, device=input_ids.device)  # (c,) absolute
+        x = self.embed(input_ids)  # (B, c, dim)
+        for layer, cache in zip(self.layers, caches):
+            x = layer(x, positions, cache, S, W)
+        return self.lm_head(self.norm(x))  # (B, c, vocab)
+
+    @torch.no_grad()
+    def score(
+        self,
+        input_ids: torch.Tensor,
+        cache: str = "ring",
+        chunk_size: int = 1,
+        num_sinks: int = 4,
+        window_size: int | None = None,
+    ) -> torch.Tensor:
+        """Logits ``(B, T, vocab)`` of ``input_ids`` ``(B, T)`` computed through fresh caches, ``chunk_size`` tokens a step.
+
+        With ``"ring"`` or ``"naive"`` this equals ``forward(input_ids)``; with
+        ``"sinks"`` it equals ``forward(input_ids, num_sinks=num_sinks)``.
+        """
+        self._check_ids("input_ids", input_ids)
+        check_positive_int("chunk_size", chunk_size)
+        caches = self.new_caches(cache, num_sinks, window_size)
+        T = input_ids.shape[1]
+        chunks = [self.step(input_ids[:, s : s + chunk_size], caches) for s in range(0, T, chunk_size)]
+        return torch.cat(chunks, dim=1)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt_ids: torch.Tensor,
+        max_new_tokens: int,
+        cache: str = "ring",
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        seed: int | None = None,
+        num_sinks: int = 4,
+    ) -> torch.Tensor:
+        """Continue ``prompt_ids`` ``(B, Tp)`` by ``max_new_tokens``; returns ``(B, Tp + max_new_tokens)``.
+
+        The prompt goes through the caches as one chunk, then one token per
+        step. ``temperature=0`` is greedy (argmax); otherwise sample from
+        ``softmax(logits / temperature)``, restricted to the ``top_k`` most
+        likely tokens when given, with ``torch.Generator`` seeded by ``seed``.
+        """
+        self._check_ids("prompt_ids", prompt_ids)
+        check_nonnegative_int("max_new_tokens", max_new_tokens)
+        self._check_kind(cache)
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+            raise ValueError(f"temperature must be a number >= 0 (0 = greedy); got {temperature!r}")
+        if top_k is not None:
+            check_positive_int("top_k", top_k)
+        generator = None
+        if seed is not None:
+            generator = torch.Generator(device=prompt_ids.device).manual_seed(check_nonnegative_int("seed", seed))
+
+        caches = self.new_caches(cache, num_sinks)
+        out = [prompt_ids]
+        logits = self.step(prompt_ids, caches)[:, -1]  # (B, vocab)
+        for i in range(max_new_tokens):
+            next_id = self._pick(logits, temperature, top_k, generator)  # (B, 1)
+            out.append(next_id)
+            if i + 1 < max_new_tokens:
+                logits = self.step(next_id, caches)[:, -1]
+        return torch.cat(out, dim=1)
+
+    @staticmethod
+    def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, generator) -> torch.Tensor:
+        """Next token ``(B, 1)`` from last-position logits ``(B, vocab)``."""
+        if temperature == 0:
+            return logits.argmax(dim=-1, keepdim=True)
+        logits = logits.float() / temperature
+        if top_k is not None and top_k < logits.shape[-1]:
+            kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
