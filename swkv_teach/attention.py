@@ -70,6 +70,13 @@ def cached_attention(
     Returns:
         ``(batch, heads, tokens, head_dim)``, via ``F.scaled_dot_product_attention``.
     """
+    for name, pos, t in (("q_positions", q_positions, q), ("k_positions", k_positions, k)):
+        if len(pos) != t.shape[-2]:
+            which = "q" if name == "q_positions" else "k"
+            raise ValueError(
+                f"{name} must give one position per token of {which} ({t.shape[-2]}, shape {tuple(t.shape)}); "
+                f"got {len(pos)} positions"
+            )
     mask = window_mask(q_positions, k_positions, window_size, num_sinks).to(q.device)
     if k.shape[-3] != q.shape[-3]:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
@@ -96,6 +103,6 @@ def attention_with_cache(query: torch.Tensor, cache) -> torch.Tensor:
     entries = [cache.peek(i) for i in cache.ids()]
     if not entries:
         return torch.zeros_like(query)
-    keys = torch.stack([torch.as_tensor(k, dtype=query.dtype) for k, _ in entries])  # (n, head_dim)
-    values = torch.stack([torch.as_tensor(v, dtype=query.dtype) for _, v in entries])
+    keys = torch.stack([torch.as_tensor(k, dtype=query.dtype, device=query.device) for k, _ in entries])  # (n, hd)
+    values = torch.stack([torch.as_tensor(v, dtype=query.dtype, device=query.device) for _, v in entries])
     return attention(query[None, :], keys, values)[0]

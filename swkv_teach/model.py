@@ -117,6 +117,7 @@ class Attention(nn.Module):
         """Project and rotate: q ``(B, n_heads, T, hd)``, k and v ``(B, n_kv_heads, T, hd)``, RoPE applied."""
         B, T, _ = x.shape
         c = self.config
+        positions = positions.to(x.device)  # positions made on the CPU must not break a GPU run
         q = self.q_proj(x).view(B, T, c.n_heads, c.head_dim).transpose(1, 2)  # (B, nh, T, hd)
         k = self.k_proj(x).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         v = self.v_proj(x).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
@@ -279,8 +280,12 @@ class Decoder(nn.Module):
         S = check_positive_int("num_sinks", num_sinks) if kind == "sinks" else 0
         return LayerCaches([make_cache(kind, W, num_sinks) for _ in self.layers], W, S)
 
+    @torch.no_grad()
     def step(self, input_ids: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
         """Feed ``c`` new tokens ``(B, c)`` through ``caches``; logits ``(B, c, vocab)``.
+
+        Inference only (no autograd graph): a KV cache holds values, and a graph
+        threaded through it would keep every past step alive.
 
         Their positions start at ``caches[0].seen`` (every layer has seen the
         same tokens). ``caches`` from :meth:`new_caches` carry their window and

@@ -81,3 +81,12 @@ def test_attention_with_cache_reads_the_lru_without_promoting():
 
 def test_attention_with_an_empty_cache_is_zero():
     assert torch.equal(attention_with_cache(torch.ones(D), LRUKVCache(2)), torch.zeros(D))
+
+
+def test_cached_attention_rejects_positions_that_do_not_match_the_keys():
+    """Regression: one query position passed as k_positions broadcast over every key, silently."""
+    q, k, v = qkv(6, "cpu")
+    with pytest.raises(ValueError, match="k_positions must give one position per token of k .6"):
+        cached_attention(q[:, :, -1:], k, v, torch.tensor([5]), torch.tensor([5]), 3)
+    with pytest.raises(ValueError, match="q_positions"):
+        cached_attention(q, k, v, torch.arange(5), torch.arange(6), 3)

@@ -334,3 +334,23 @@ def test_rejected_update_names_the_problem_and_leaves_the_cache_as_it_was(kind, 
 def test_make_cache_rejects_unknown_kinds():
     with pytest.raises(ValueError, match="'fifo'"):
         make_cache("fifo", 3)
+
+
+@pytest.mark.parametrize("kind", ["naive", "ring", "sinks", "lru"])
+def test_caches_hold_values_not_autograd_history(kind):
+    """Regression: the ring crashed on inputs that require grad (copy_ into a split() view), and the
+    naive cache kept every past step alive through the autograd graph."""
+    cache = make_cache(kind, 3, num_sinks=1)
+    w = torch.ones(1, requires_grad=True)
+    for t in range(6):
+        k = torch.randn(1, 2, 1, 4) * w
+        rk, rv = cache.update(k, k * 2)
+        assert not rk.requires_grad and not rv.requires_grad
+    assert cache.seen == 6
+
+
+@pytest.mark.parametrize("kind", ["naive", "ring", "sinks", "lru"])
+def test_positions_live_on_the_keys_device(kind, device):
+    cache = make_cache(kind, 3, num_sinks=1)
+    k, _ = cache.update(torch.zeros(1, 1, 2, 2, device=device), torch.zeros(1, 1, 2, 2, device=device))
+    assert cache.positions.device == k.device

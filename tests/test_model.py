@@ -282,3 +282,15 @@ def test_bad_config_is_refused():
         DecoderConfig(n_heads=4, n_kv_heads=3)
     with pytest.raises(ValueError, match="window_size"):
         DecoderConfig(window_size=0)
+
+
+def test_step_outside_no_grad_is_fine_and_builds_no_graph():
+    """Regression: Decoder.step with the default ring cache crashed in grad mode."""
+    from swkv_teach.model import Decoder, DecoderConfig
+
+    model = Decoder(DecoderConfig(window_size=4))
+    caches = model.new_caches("ring")
+    ids = torch.randint(0, model.config.vocab_size, (1, 9))
+    logits = torch.cat([model.step(ids[:, t : t + 1], caches) for t in range(9)], dim=1)
+    assert not logits.requires_grad
+    torch.testing.assert_close(logits, model(ids).detach(), atol=1e-5, rtol=1e-5)

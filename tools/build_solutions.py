@@ -512,17 +512,19 @@ the step a server runs instead: feed only the *new* tokens, with one KV cache pe
 Return the logits `(B, c, vocab)` of the new tokens, using only the model's parts:
 
 * `model.embed`, then for each `layer, cache` in `zip(model.layers, caches)`:
-  `layer.attn_norm`, `layer.attn.qkv(x, positions)` (applies RoPE), `cache.update(k, v)`,
-  `layer.attn.attend(q, k, v, q_positions, k_positions)` (GQA + the window mask), the residual,
+  `layer.attn.qkv(layer.attn_norm(x), positions)` (projects and applies RoPE), `cache.update(k, v)`,
+  `layer.attn.attend(q, k, v, q_positions, k_positions)` (GQA, the window mask and `o_proj`: it returns
+  `(B, c, dim)`, ready to add to the residual), the residual,
   `layer.mlp_norm`, `layer.mlp`, the residual;
 * then `model.norm` and `model.lm_head`.
 
 Not allowed: `model.step`, `model.score`, `model.generate` (the library's own answers). The check compares
 your logits with `model.forward` on the whole sequence, one token at a time and with a prompt chunk.
+Decoding is inference: the check (and the demo below) run it under `torch.no_grad()`.
 """,
         [
-            "The new tokens' absolute positions are `torch.arange(start, start + c)` with `start = caches[0].seen`, "
-            "read *before* any `update` (every layer has seen the same tokens).",
+            "The new tokens' absolute positions are `torch.arange(start, start + c, device=input_ids.device)` with "
+            "`start = caches[0].seen`, read *before* any `update` (every layer has seen the same tokens).",
             "Pre-norm blocks: `x = x + attn(...)` where attention reads `layer.attn_norm(x)`, then "
             "`x = x + layer.mlp(layer.mlp_norm(x))`.",
             "After `k, v = cache.update(k, v)`, the keys' positions are `cache.positions` (move them to `x.device`); "

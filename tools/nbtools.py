@@ -20,6 +20,7 @@ Usage in a builder::
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 import time
@@ -74,6 +75,9 @@ def header_cells(rel_path: str) -> list:
 def new_notebook(rel_path: str, cells: list, gpu: bool = False):
     nb = nbformat.v4.new_notebook()
     nb.cells = header_cells(rel_path) + list(cells)
+    for i, cell in enumerate(nb.cells):
+        # stable ids: a rebuild that changes nothing leaves the file's diff empty
+        cell.id = hashlib.sha1(f"{rel_path}:{i}".encode()).hexdigest()[:8]
     nb.metadata = {
         "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},

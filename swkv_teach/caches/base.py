@@ -14,6 +14,10 @@ Two counts are kept apart on purpose:
 
 Hugging Face's old ``SinkCache`` mixed the two up and rotated keys with the
 wrong positions; naming both keeps that bug out.
+
+A cache is an inference structure: it stores values, not autograd history, so
+``update`` detaches its inputs (a graph threaded through the cache would keep
+every past step alive).
 """
 
 from __future__ import annotations

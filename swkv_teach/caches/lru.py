@@ -85,6 +85,7 @@ class LRUKVCache(KVCache):
         """
         like = next((k for k, _ in self._entries.values() if isinstance(k, torch.Tensor)), None)
         check_kv(k_new, v_new, like)
+        k_new, v_new = k_new.detach(), v_new.detach()  # values, not autograd history (see base.py)
         old = list(self._entries.items())[-(self.max_size - 1):] if self.max_size > 1 else []
         new_ids = range(self._seen, self._seen + k_new.shape[2])
         for t, token_id in enumerate(new_ids):
@@ -99,7 +100,8 @@ class LRUKVCache(KVCache):
     @property
     def positions(self) -> torch.Tensor:
         """Ids (absolute positions, when filled by ``update``) of the last returned keys, in that order."""
-        return torch.tensor(self._returned, dtype=torch.long)
+        like = next((k for k, _ in self._entries.values() if isinstance(k, torch.Tensor)), None)
+        return torch.tensor(self._returned, dtype=torch.long, device=None if like is None else like.device)
 
     @property
     def seen(self) -> int:

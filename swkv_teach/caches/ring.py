@@ -81,8 +81,11 @@ class RingBufferKVCache(KVCache):
             and v_new.dtype is self._dtype
             and k_new.device == self._device
             and v_new.device == self._device
+            and not k_new.requires_grad
+            and not v_new.requires_grad
         ):
             check_kv(k_new, v_new, self.k_buf)
+            k_new, v_new = k_new.detach(), v_new.detach()  # values, not autograd history (see base.py)
             if self.k_buf is None:
                 self._allocate(k_new)
             if k_new.shape[2] > 1:

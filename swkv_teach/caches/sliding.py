@@ -47,6 +47,7 @@ class SlidingWindowKVCache(KVCache):
     def update(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append ``(batch, heads, tokens, head_dim)`` keys/values; return ``(k, v)`` to attend over."""
         check_kv(k_new, v_new, self.k)
+        k_new, v_new = k_new.detach(), v_new.detach()  # values, not autograd history (see base.py)
         tokens = k_new.shape[2]
         if self.k is None:
             # nothing to concatenate onto yet
@@ -82,6 +83,12 @@ class SlidingWindowKVCache(KVCache):
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the stored keys and values (``2 * B * H * len * D * itemsize``).
+
+        Logical bytes: after a one-token step ``self.k`` is a W-token *view* of the
+        ``W + 1``-token ``cat`` result, so one more token's storage stays alive
+        until the next ``cat`` (lesson 6 measures it).
+        """
         if self.k is None:
             return 0
         return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()

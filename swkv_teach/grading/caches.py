@@ -107,6 +107,43 @@ def _make(case: str, cls, *args, methods=("update",)):
     return obj
 
 
+def _tensors_in(obj, depth: int = 0):
+    """Every tensor reachable from ``obj``'s attributes, lists, tuples and dicts (a few levels deep)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif depth < 3 and isinstance(obj, (list, tuple, set, frozenset)) or hasattr(obj, "popleft"):
+        for x in obj:
+            yield from _tensors_in(x, depth + 1)
+    elif depth < 3 and isinstance(obj, dict):
+        for x in obj.values():
+            yield from _tensors_in(x, depth + 1)
+    elif depth == 0 and hasattr(obj, "__dict__"):
+        for x in vars(obj).values():
+            yield from _tensors_in(x, depth + 1)
+
+
+def _check_bounded(case: str, cache, capacity: int, k_new: torch.Tensor) -> None:
+    """The point of the exercise: the cache holds at most ``capacity`` tokens of keys and values.
+
+    Counts the bytes of every floating-point storage the cache keeps alive, in units of one
+    token's key (B * H * D elements); keys and values together may fill ``2 * capacity`` of them.
+    A cache that stores everything and returns only the last W passes every other test.
+    """
+    per_token = k_new.numel() * k_new.element_size()
+    storages = {}  # views of one buffer (per-slot views, slices) share a storage: count it once
+    for t in _tensors_in(cache):
+        if t.is_floating_point():
+            st = t.untyped_storage()
+            storages[(t.device, st.data_ptr())] = st.nbytes()
+    tokens = sum(storages.values()) / per_token
+    # slack of one token each for k and v: the seed's slice is a view of a W + 1 token cat
+    if tokens > 2 * capacity + 2:
+        raise fail(case, f"the cache's tensors hold {tokens:g} tokens' worth of keys and values; at most "
+                   f"{2 * capacity} (keys and values of {capacity} tokens) should be kept.",
+                   hint="evict: the memory must stay flat however many tokens arrive. Returning the last W is "
+                   "not enough if the cache still stores everything.")
+
+
 def _run_sliding(cls, W: int, steps: int, dtype, dev) -> None:
     title = f"{_name(cls)}(window_size={W})"
     cache = _make(title, cls, W)
@@ -132,6 +169,7 @@ def _run_sliding(cls, W: int, steps: int, dtype, dev) -> None:
             raise fail(case, "the keys are right, the values are not. Value positions:", expected=vexp, got=vgot,
                        hint=_value_hint(vgot, labels(k), vexp))
         inputs.check_untouched(case)
+        _check_bounded(case, cache, W, k_new)
 
 
 def _independent(cls, make, kind: str, dev) -> None:
@@ -239,6 +277,7 @@ def _run_ring(cls, W: int, steps: int, dtype, dev) -> None:
                         "ordered() read the slots that positions describes?")
             raise fail(case, "ordered() should return the stored keys chronologically, oldest first:",
                        expected=labels(eok), got=got_o, hint=hint)
+        _check_bounded(case, cache, W, k_new)
         if p + 1 >= W:
             now = (k.data_ptr(), v.data_ptr())
             if ptr is None:
@@ -323,6 +362,7 @@ def _run_sinks(cls, S: int, W: int, steps: int, dtype, dev) -> None:
             raise fail(case, "the keys are right, the values are not. Value positions:", expected=got, got=vgot,
                        hint=_value_hint(vgot, got, got))
         inputs.check_untouched(case)
+        _check_bounded(case, cache, S + W, k_new)
 
 
 def check_sink_cache(cls) -> None:

@@ -58,7 +58,10 @@ class _Script:
         if exp is not None and not (isinstance(got, (tuple, list)) and len(got) == 2) and got is not None:
             raise fail(case, f"get({token_id}) returned {show(got)}; expected the pair (key, value).",
                        hint="return the stored (key, value) tuple for a hit, None for a miss.")
-        if exp is None and token_id not in self.version:
+        if exp is None and not (isinstance(got, (tuple, list)) and len(got) == 2):
+            h = (f"a miss must return None, not {show(got)} (no -1 or (None, None) sentinel as in some "
+                 "LeetCode versions): callers test `if cache.get(i) is None`.")
+        elif exp is None and token_id not in self.version:
             h = ("this cache was never given this id, yet it returned a value: state is shared between instances. "
                  "Create the dict in __init__ (self.cache = ...), not at class level.")
         elif exp is None:

@@ -107,3 +107,25 @@ class WrongErrorType(_LRU):
         if max_size <= 0:
             raise TypeError("bad size")
         super().__init__(max_size)
+
+
+@wrong("check_lru_cache", "miss must return none", "-1")
+class MissReturnsMinusOne:
+    """LeetCode's LRU convention: get() returns -1 on a miss instead of None."""
+
+    def __init__(self, max_size):
+        if max_size <= 0:
+            raise ValueError("max_size must be positive")
+        self.max_size, self.d = max_size, {}
+
+    def put(self, token_id, key, value):
+        self.d.pop(token_id, None)
+        self.d[token_id] = (key, value)
+        if len(self.d) > self.max_size:
+            self.d.pop(next(iter(self.d)))
+
+    def get(self, token_id):
+        if token_id not in self.d:
+            return -1
+        self.d[token_id] = self.d.pop(token_id)
+        return self.d[token_id]

@@ -154,3 +154,12 @@ class SharedBuffer(_Ring):
     k_buf = property(lambda self: self.store.get("k"), lambda self, t: self.store.__setitem__("k", t))
     v_buf = property(lambda self: self.store.get("v"), lambda self, t: self.store.__setitem__("v", t))
     seen = property(lambda self: self.store.get("seen", 0), lambda self, n: self.store.__setitem__("seen", n))
+
+
+@wrong("check_ring_buffer_cache", "hold", "evict")
+class KeepsAHistoryLog(_Ring):
+    """A correct ring that also appends every token to a debugging log: memory grows without bound."""
+
+    def update(self, k_new, v_new):
+        self.log = [*getattr(self, "log", []), (k_new.clone(), v_new.clone())]
+        return super().update(k_new, v_new)

@@ -75,3 +75,13 @@ class SwapsKV(_Sinks):
     def update(self, k_new, v_new):
         k, v = super().update(k_new, v_new)
         return v, k
+
+
+@wrong("check_sink_cache", "hold", "evict")
+class StoresEverythingReturnsSinksAndWindow(_Sinks):
+    """Returns the sinks and the last W, but keeps every token it was ever given."""
+
+    def update(self, k_new, v_new):
+        self.all_k = [*getattr(self, "all_k", []), k_new]
+        self.all_v = [*getattr(self, "all_v", []), v_new]
+        return super().update(k_new, v_new)

@@ -178,3 +178,12 @@ class BufferOnCPU(_Seed):
         self.append(k_new, v_new)
         self.k, self.v = self.k[:, :, -self.window_size :].cpu(), self.v[:, :, -self.window_size :].cpu()
         return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "hold", "evict")
+class StoresEverythingReturnsLastW(_Seed):
+    """Returns the right last W tokens but never evicts what it stores: memory grows without bound."""
+
+    def update(self, k_new, v_new):
+        self.append(k_new, v_new)
+        return self.k[:, :, -self.window_size :], self.v[:, :, -self.window_size :]
