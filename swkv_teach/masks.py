@@ -41,7 +41,10 @@ def allowed(i, j, window_size: int, num_sinks: int = 0):
     ``|`` mean the same on bools and bool tensors), so the masks below and the
     tests share one definition.
     """
-    return (j <= i) & ((j > i - window_size) | (j < num_sinks))
+    in_window = j > i - window_size
+    if num_sinks:  # (skipped when 0: this runs in every layer of every decode step)
+        in_window = in_window | (j < num_sinks)
+    return (j <= i) & in_window
 
 
 def sliding_window_mask(seq_len: int, window_size: int, device=None) -> torch.Tensor:

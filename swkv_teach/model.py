@@ -25,6 +25,7 @@ window holds ``W`` tokens however many came before.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -78,14 +79,20 @@ class RMSNorm(nn.Module):
         return self.weight * x32.to(x.dtype)
 
 
+@functools.lru_cache(maxsize=16)
+def _inv_freq(head_dim: int, theta: float, device: torch.device) -> torch.Tensor:
+    # float32, and kept out of the module's buffers, so .to(bfloat16) cannot round it;
+    # cached because a decode step would otherwise rebuild it in every layer
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float, device=device) / head_dim))
+
+
 def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     """RoPE's ``cos`` and ``sin`` for absolute ``positions`` ``(T,)``: each ``(T, head_dim)``.
 
-    Frequencies are computed in float32 on the fly (not stored as a buffer,
-    which ``.to(bfloat16)`` would round); the halves layout matches
-    Hugging Face: dim ``d`` and ``d + head_dim/2`` rotate together.
+    Frequencies are in float32; the halves layout matches Hugging Face: dim
+    ``d`` and ``d + head_dim/2`` rotate together.
     """
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float, device=positions.device) / head_dim))
+    inv_freq = _inv_freq(head_dim, float(theta), positions.device)
     freqs = positions.float()[:, None] * inv_freq[None, :]  # (T, head_dim/2)
     emb = torch.cat((freqs, freqs), dim=-1)  # (T, head_dim)
     return emb.cos().to(dtype), emb.sin().to(dtype)

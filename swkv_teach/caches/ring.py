@@ -59,12 +59,13 @@ class RingBufferKVCache(KVCache):
     def _slot_positions(self, seen: int) -> torch.Tensor:
         """Absolute position held by each filled slot after ``seen`` tokens (slot order).
 
-        A window slot ``s = S + r`` holds the latest ``p < seen`` with ``p ≡ S + r (mod W)``.
+        A window slot ``s = S + r`` holds the latest ``p < seen`` with ``p ≡ S + r (mod W)``,
+        that is ``p = s + W * ((seen - 1 - s) // W)``; a sink slot holds ``p = s``.
         """
         S, W = self.num_sinks, self.window_size
-        slot = torch.arange(min(seen, self.capacity), device=self._device)
-        r = slot - S
-        return torch.where(slot < S, slot, S + r + W * torch.div(seen - 1 - S - r, W, rounding_mode="floor"))
+        slot = self._slot_index[: min(seen, self.capacity)]
+        p = slot + W * torch.div((seen - 1) - slot, W, rounding_mode="floor")
+        return torch.where(slot < S, slot, p) if S else p
 
     # ---------------------------------------------------------------- update
     def update(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,6 +109,7 @@ class RingBufferKVCache(KVCache):
         self._dtype = like.dtype
         self._capacity = self.capacity
         self._one_token = torch.Size((B, H, 1, D))
+        self._slot_index = torch.arange(self.capacity, device=like.device)
         self.k_buf = torch.zeros(B, H, self.capacity, D, dtype=like.dtype, device=like.device)
         self.v_buf = torch.zeros_like(self.k_buf)
         # one (B, H, 1, D) view per slot, made once, so a step does no slicing
@@ -172,6 +174,7 @@ class RingBufferKVCache(KVCache):
         self._k_slots = self._v_slots = ()
         self._one_token = None
         self._device = self._dtype = None
+        self._slot_index = torch.zeros(0, dtype=torch.long)
         self._whole = None
         self._seen = 0
         self._positions = None
