@@ -150,7 +150,8 @@ Reading the table:
 
 * Both caches stop growing at `W = 16` tokens. One token's key is `2 heads × 16 dims × 4 B = 128 B`,
   so 16 tokens of keys and values are `2 × 16 × 128 = 4096 B`.
-* The **ring** allocates its 4096 B once, on the first step (both buffers, zeros), and never again.
+* The **ring** allocates once, on the first step: its 4096 B of buffers (both, zeros) plus a 128 B index of
+  slot numbers it uses to report positions. Never again after that.
 * The **naive** cache allocates at every step: the `torch.cat` result, `W + 1` tokens of keys and
   values (4352 B) once full. Over 48 steps it has allocated far more than it ever holds.
 * And it holds more than it says: its `k` is a view of the last `W` tokens of a `W + 1`-token
