@@ -34,6 +34,7 @@ def _candidates(got: torch.Tensor, T: int, W: int) -> str | None:
         (causal & (j >= i - W),
          f"off by one: each query sees W + 1 = {W + 1} keys; it should see W = {W} (j > i - W, strictly)."),
         ((i - j).abs() < W, "the band is not causal: a query must not see later keys (j <= i)."),
+        ((i - j) < W, "not causal: i - j < W also holds for every later key (i - j is negative there); add j <= i."),
         ((i - j).abs() <= W, "the band is not causal (j <= i) and one key too wide."),
         (causal, "this is plain causal attention: add the window, j > i - W."),
         (right.T, "transposed: rows are queries i, columns are keys j."),
@@ -47,13 +48,14 @@ def _candidates(got: torch.Tensor, T: int, W: int) -> str | None:
 
 
 def _mask_hint(fn, got: torch.Tensor, T: int, W: int) -> str:
-    """The bug's name, judged on the failing case and, to tell look-alikes apart, on a larger one."""
+    """The bug's name, judged on a larger case first (W=5: a hard-coded 3 is not an off-by-one there),
+    then on the failing case; the hint says which case it was judged on, so its numbers make sense."""
     try:
-        big = fn(9, 3)
-        if isinstance(big, torch.Tensor) and big.dtype == torch.bool and tuple(big.shape) == (9, 9):
-            hint = _candidates(big.cpu(), 9, 3)
+        big = fn(10, 5)
+        if isinstance(big, torch.Tensor) and big.dtype == torch.bool and tuple(big.shape) == (10, 10):
+            hint = _candidates(big.cpu(), 10, 5)
             if hint:
-                return hint
+                return f"{hint} (seen with seq_len=10, window_size=5)"
     except Exception:
         pass
     return _candidates(got, T, W) or "mask[i, j] is True exactly when i - W < j <= i (rows are queries, columns keys)."

@@ -56,3 +56,11 @@ def mask_inverted(seq_len, window_size):
     """True where attention is *forbidden*."""
     i, j = _ij(seq_len)
     return ~((j <= i) & (j > i - window_size))
+
+
+@wrong("check_sliding_window_mask", "not causal", "j <= i")
+def window_without_causality(seq_len, window_size):
+    """Only the lower edge of the band (i - j < W): every later key is visible too."""
+    i = torch.arange(seq_len)[:, None]
+    j = torch.arange(seq_len)[None, :]
+    return (i - j) < window_size
