@@ -31,9 +31,16 @@ import torch
 from swkv_teach._validate import check_nonnegative_int, check_positive_int
 from swkv_teach.caches import KVCache, LRUKVCache, RingBufferKVCache, SlidingWindowKVCache, make_cache
 
-__all__ = ["POLICIES", "Snapshot", "Trace", "memory_over_steps", "parse_access_pattern", "record", "stored_positions"]
+__all__ = ["POLICIES", "Snapshot", "check_policy", "Trace", "memory_over_steps", "parse_access_pattern", "record", "stored_positions"]
 
 POLICIES = ("sliding", "ring", "sinks", "lru")
+
+
+def check_policy(policy) -> str:
+    """Return ``policy`` if it is one of :data:`POLICIES`, else a ValueError naming the choices."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}; got {policy!r}")
+    return policy
 
 
 @dataclass(frozen=True)
@@ -198,8 +205,7 @@ def record(policy: str, window_size: int, steps: int, num_sinks: int = 2, access
     Returns:
         a :class:`Trace` of ``steps`` snapshots.
     """
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}; got {policy!r}")
+    check_policy(policy)
     check_positive_int("window_size", window_size)
     check_positive_int("steps", steps)
     check_nonnegative_int("num_sinks", num_sinks)

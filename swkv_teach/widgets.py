@@ -21,7 +21,7 @@ from IPython.display import Image, clear_output, display
 
 from swkv_teach._validate import check_positive_int
 from swkv_teach.plots import plot_comparison, plot_step
-from swkv_teach.trace import POLICIES, parse_access_pattern, record
+from swkv_teach.trace import POLICIES, check_policy, parse_access_pattern, record
 
 __all__ = ["EvictionExplorer", "compare_policies"]
 
@@ -32,12 +32,6 @@ def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
-
-
-def _check_policy(policy) -> str:
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}; got {policy!r}")
-    return policy
 
 
 class EvictionExplorer(widgets.VBox):
@@ -72,7 +66,7 @@ class EvictionExplorer(widgets.VBox):
         if window_size > steps:
             raise ValueError(f"window_size must be <= steps={steps} to see any eviction; got {window_size}")
         check_positive_int("num_sinks", num_sinks)
-        _check_policy(policy)
+        check_policy(policy)
         parse_access_pattern(access_pattern, steps)  # fail here, not in a callback
 
         self.steps, self.num_sinks = steps, num_sinks
@@ -164,7 +158,7 @@ def compare_policies(stream_len: int, window_size: int, policies=("sliding", "lr
     check_positive_int("window_size", window_size)
     if isinstance(policies, str) or not hasattr(policies, "__iter__"):
         raise TypeError(f"policies must be a tuple of policy names such as ('sliding', 'lru'); got {policies!r}")
-    policies = tuple(_check_policy(p) for p in policies)
+    policies = tuple(check_policy(p) for p in policies)
     if len(policies) < 2:
         raise ValueError(f"policies must name at least two policies to compare; got {policies}")
     traces = [record(p, window_size, stream_len, num_sinks, access_pattern if p == "lru" else None)

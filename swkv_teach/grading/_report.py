@@ -112,3 +112,8 @@ def call(case: str, what: str, fn, *args, **kwargs):
             hint="the check calls your code exactly as in the exercise text; read the error above, "
             "fix that line and run both cells again.",
         ) from None
+
+
+def learner_name(obj) -> str:
+    """How a message names the learner's class or function."""
+    return getattr(obj, "__name__", "your class")

@@ -16,7 +16,7 @@ import torch
 
 from swkv_teach.caches import RingBufferKVCache, SinkKVCache, SlidingWindowKVCache
 from swkv_teach.device import device as pick_device
-from swkv_teach.grading._report import call, fail, passed
+from swkv_teach.grading._report import call, fail, passed, learner_name as _name
 from swkv_teach.grading._tokens import (
     Inputs,
     as_positions,
@@ -29,10 +29,6 @@ from swkv_teach.grading._tokens import (
 )
 
 WINDOWS = (3, 5, 1, 2, 8)
-
-
-def _name(cls) -> str:
-    return getattr(cls, "__name__", "your class")
 
 
 # ---------------------------------------------------------------- diagnosis

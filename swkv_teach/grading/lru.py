@@ -14,11 +14,7 @@ from __future__ import annotations
 import random
 
 from swkv_teach.caches import LRUKVCache
-from swkv_teach.grading._report import call, fail, passed, show
-
-
-def _name(cls) -> str:
-    return getattr(cls, "__name__", "your class")
+from swkv_teach.grading._report import call, fail, passed, show, learner_name as _name
 
 
 class _Script:
