@@ -54,7 +54,9 @@ def _window_hint(got: list, exp: list, seen: int, W: int, more: list) -> str:
         return "the right tokens in the wrong order: keep them chronological, oldest first."
     if n > len(exp) and got == history[-n:]:
         if (more and all(len(m) > n for m in more)) or (not more and n == seen):
-            return "nothing is evicted: after appending, keep only the last window_size tokens (slice [-W:] on dim 2)."
+            return ("nothing is evicted: after appending, keep only the last window_size tokens (slice [-W:] on dim 2). "
+                    "Count tokens with k.shape[2]: len(k) is the batch and shape[-1] the head_dim; and with W = 1, "
+                    "[-(W - 1):] is [-0:], the whole tensor.")
         if n == W + 1:
             return (f"off by one: you keep W + 1 = {n} tokens; the window holds exactly W = {W} "
                     "(evict when shape[2] > window_size, then keep [-window_size:]).")

@@ -187,3 +187,26 @@ class StoresEverythingReturnsLastW(_Seed):
     def update(self, k_new, v_new):
         self.append(k_new, v_new)
         return self.k[:, :, -self.window_size :], self.v[:, :, -self.window_size :]
+
+
+@wrong("check_sliding_window_cache", "nothing is evicted", "shape[2]", "len(k) is the batch")
+class CountsTokensWithLen(_Seed):
+    """Counts tokens with len(self.k), which is the batch size, so it never evicts."""
+
+    def update(self, k_new, v_new):
+        self.append(k_new, v_new)
+        if len(self.k) > self.window_size:
+            self.k, self.v = self.k[:, :, -self.window_size :], self.v[:, :, -self.window_size :]
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "[-0:]")
+class EvictsFirstWithMinusZero(_Seed):
+    """Evicts before appending with [-(W - 1):]: right for W >= 2, but for W = 1 that is [-0:], everything."""
+
+    def update(self, k_new, v_new):
+        if self.k is not None and self.k.shape[2] >= self.window_size:
+            keep = -(self.window_size - 1)
+            self.k, self.v = self.k[:, :, keep:], self.v[:, :, keep:]
+        self.append(k_new, v_new)
+        return self.k, self.v
