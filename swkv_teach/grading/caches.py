@@ -142,10 +142,13 @@ def _check_bounded(case: str, cache, capacity: int, k_new: torch.Tensor) -> None
                    "not enough if the cache still stores everything.")
 
 
-def _run_sliding(cls, W: int, steps: int, dtype, dev) -> None:
-    title = f"{_name(cls)}(window_size={W})"
-    cache = _make(title, cls, W)
-    oracle = SlidingWindowKVCache(W)
+def _steps(title: str, cache, oracle, capacity: int, steps: int, dtype, dev):
+    """Feed tokens 0..steps-1 to the learner's cache and to the library's, one per update.
+
+    Yields ``(p, case, k_new, k, v, ek, ev)``: the learner's return and the expected one, already
+    unpacked and checked for type, dtype and device. Once the caller has checked a step, confirms
+    the caller's tensors were left untouched and the cache holds at most ``capacity`` tokens.
+    """
     inputs = Inputs()
     for p in range(steps):
         case = f"{title}, step {p + 1} (tokens 0..{p} fed so far, {str(dtype).replace('torch.', '')})"
@@ -154,6 +157,16 @@ def _run_sliding(cls, W: int, steps: int, dtype, dev) -> None:
         k, v = unpack_kv(case, call(case, "update()", cache.update, k_new, v_new))
         ek, ev = oracle.update(*token(p, dtype, dev))
         check_kind(case, k, v, k_new)
+        yield p, case, k_new, k, v, ek, ev
+        inputs.check_untouched(case)
+        _check_bounded(case, cache, capacity, k_new)
+
+
+def _run_sliding(cls, W: int, steps: int, dtype, dev) -> None:
+    title = f"{_name(cls)}(window_size={W})"
+    cache = _make(title, cls, W)
+    oracle = SlidingWindowKVCache(W)
+    for p, case, k_new, k, v, ek, ev in _steps(title, cache, oracle, W, steps, dtype, dev):
         if not torch.equal(k, ek):
             got, exp = labels(k), labels(ek)
             more = _lookahead(cache, p + 1, dtype, dev) if got != exp else []
@@ -166,8 +179,6 @@ def _run_sliding(cls, W: int, steps: int, dtype, dev) -> None:
             vgot, vexp = labels(v, values=True), labels(ev, values=True)
             raise fail(case, "the keys are right, the values are not. Value positions:", expected=vexp, got=vgot,
                        hint=_value_hint(vgot, labels(k), vexp))
-        inputs.check_untouched(case)
-        _check_bounded(case, cache, W, k_new)
 
 
 def _independent(cls, make, kind: str, dev) -> None:
@@ -202,7 +213,7 @@ def _first_example(cls, dev) -> None:
                    hint="k and v are swapped somewhere (store, cat or return): return self.k, self.v.")
     if tuple(k.shape) != (1, 2, 1, 4) or not torch.equal(k, k1) or not torch.equal(v, v1):
         raise fail(case, "the first update should return exactly the token that came in:",
-                   expected=f"shape (1, 2, 1, 4), equal to k1/v1",
+                   expected="shape (1, 2, 1, 4), equal to k1/v1",
                    got=f"shape {tuple(k.shape)}, keys equal: {torch.equal(k, k1) if k.shape == k1.shape else False}",
                    hint="on the first call there is nothing to concatenate onto: self.k, self.v = k_new, v_new.")
 
@@ -240,15 +251,8 @@ def _run_ring(cls, W: int, steps: int, dtype, dev) -> None:
     title = f"{_name(cls)}(window_size={W})"
     cache = _make(title, cls, W)
     oracle = RingBufferKVCache(W)
-    inputs = Inputs()
     ptr = None
-    for p in range(steps):
-        case = f"{title}, step {p + 1} (tokens 0..{p} fed so far, {str(dtype).replace('torch.', '')})"
-        k_new, v_new = token(p, dtype, dev)
-        inputs.add(p, k_new, v_new)
-        k, v = unpack_kv(case, call(case, "update()", cache.update, k_new, v_new))
-        ek, ev = oracle.update(*token(p, dtype, dev))
-        check_kind(case, k, v, k_new)
+    for p, case, k_new, k, v, ek, ev in _steps(title, cache, oracle, W, steps, dtype, dev):
         if not torch.equal(k, ek):
             got, exp = labels(k), labels(ek)
             hint = _ring_hint(got, exp, p + 1, W) if got != exp else "the right tokens, but their numbers changed."
@@ -257,7 +261,6 @@ def _run_ring(cls, W: int, steps: int, dtype, dev) -> None:
             vgot, vexp = labels(v, values=True), labels(ev, values=True)
             raise fail(case, "the keys are right, the values are not. Value positions, slot by slot:",
                        expected=vexp, got=vgot, hint=_value_hint(vgot, labels(k), vexp))
-        inputs.check_untouched(case)
         got_pos, exp_pos = read_positions(case, cache), oracle.positions.tolist()
         if got_pos != exp_pos:
             hint = "positions[i] must be the absolute position of key i of what update() just returned."
@@ -275,7 +278,6 @@ def _run_ring(cls, W: int, steps: int, dtype, dev) -> None:
                         "ordered() read the slots that positions describes?")
             raise fail(case, "ordered() should return the stored keys chronologically, oldest first:",
                        expected=labels(eok), got=got_o, hint=hint)
-        _check_bounded(case, cache, W, k_new)
         if p + 1 >= W:
             now = (k.data_ptr(), v.data_ptr())
             if ptr is None:
@@ -332,14 +334,7 @@ def _run_sinks(cls, S: int, W: int, steps: int, dtype, dev) -> None:
     title = f"{_name(cls)}(num_sinks={S}, window_size={W})"
     cache = _make(title, cls, S, W)
     oracle = SinkKVCache(S, W)
-    inputs = Inputs()
-    for p in range(steps):
-        case = f"{title}, step {p + 1} (tokens 0..{p} fed so far, {str(dtype).replace('torch.', '')})"
-        k_new, v_new = token(p, dtype, dev)
-        inputs.add(p, k_new, v_new)
-        k, v = unpack_kv(case, call(case, "update()", cache.update, k_new, v_new))
-        ek, ev = oracle.update(*token(p, dtype, dev))
-        check_kind(case, k, v, k_new)
+    for p, case, k_new, k, v, ek, ev in _steps(title, cache, oracle, S + W, steps, dtype, dev):
         got, exp = labels(k), sorted(oracle.positions.tolist())
         if sorted(got, key=str) != sorted(exp, key=str) or len(got) != len(exp):
             raise fail(case, "update() returned the keys of positions (any order is fine):",
@@ -359,8 +354,6 @@ def _run_sinks(cls, S: int, W: int, steps: int, dtype, dev) -> None:
             vgot = labels(v, values=True)
             raise fail(case, "the keys are right, the values are not. Value positions:", expected=got, got=vgot,
                        hint=_value_hint(vgot, got, got))
-        inputs.check_untouched(case)
-        _check_bounded(case, cache, S + W, k_new)
 
 
 def check_sink_cache(cls) -> None:
