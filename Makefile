@@ -22,7 +22,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed-lab: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install "$(TORCH_SPEC)" -e .
+	$(BIN)/python -m pip install "$(TORCH_SPEC)" -e ".[lab]"
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
