@@ -79,3 +79,49 @@ def test_gitignore_keeps_junk_out():
     ignored = (ROOT / ".gitignore").read_text().split()
     for pattern in (".venv/", "__pycache__/", ".ipynb_checkpoints/", ".pytest_cache/", ".hypothesis/"):
         assert pattern in ignored
+
+
+# ------------------------------------------------------------------ Colab: the set-up cell adds nothing
+COLAB_LIST = ROOT / "tests" / "colab_preinstalled.txt"
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def colab_preinstalled() -> dict[str, str | None]:
+    """{canonical name: version or None} from Colab's published pip freeze (tests/colab_preinstalled.txt)."""
+    pins = {}
+    for line in COLAB_LIST.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[canonical(name)] = version or None
+    return pins
+
+
+def test_the_colab_list_is_colabs_runtime_without_a_jupyterlab():
+    """Guards the data file itself: the pins the issue quotes, and none of the tools Colab lacks."""
+    pins = colab_preinstalled()
+    assert len(pins) > 500, "tests/colab_preinstalled.txt should be Colab's whole pip freeze"
+    for name, version in {"ipywidgets": "7.7.1", "ipykernel": "6.17.1", "jupyter-server": "2.20.0",
+                          "traitlets": "5.7.1", "widgetsnbextension": "3.6.10", "notebook": "6.5.7"}.items():
+        assert pins.get(name) == version, (name, pins.get(name))
+    assert "torch" in pins
+    assert not {"jupyterlab", "nbval", "jupyter-lsp"} & set(pins)
+
+
+def test_required_dependencies_are_all_preinstalled_on_colab_at_versions_they_accept():
+    """The set-up cell runs `pip install` of the package in Colab's runtime; with every requirement already
+    met there, pip installs the package alone and never upgrades Colab's Jupyter stack."""
+    from packaging.requirements import Requirement
+
+    pins = colab_preinstalled()
+    for text in pyproject()["project"]["dependencies"]:
+        req = Requirement(text)
+        name = canonical(req.name)
+        assert name in pins, f"{req.name} is a required dependency but Colab does not preinstall it; make it an extra"
+        version = pins[name]
+        assert version is not None, f"Colab's {req.name} has no version in the list"
+        assert req.specifier.contains(version, prereleases=True), (
+            f"{text!r} rejects Colab's {req.name}=={version}: the set-up cell would replace Colab's copy")
