@@ -4,7 +4,13 @@ The only module that imports ipywidgets. It draws with :mod:`swkv_teach.plots`
 from a :class:`~swkv_teach.trace.Trace` recorded from a real cache, and uses
 only APIs that ipywidgets 7 (Colab) and 8 (JupyterLab 4) share: ``Play``
 linked to an ``IntSlider`` on the Python side (``widgets.link``), ``Dropdown``,
-``Text``, ``HTML`` and one ``Output`` redrawn with ``clear_output(wait=True)``.
+``Text``, ``HTML`` and one ``Image`` whose PNG bytes are replaced per change.
+
+No ``Output`` widget: the widgetsnbextension 3.6.10 that Colab pins (with
+ipywidgets 7.7.1) cannot create one in the classic Notebook 6.5 frontend (its
+OutputModel lacks ``_deserialize_state``), and an explorer drawn into one shows
+no controls at all there. An ``Image`` works in both generations and redraws
+without flicker, since the browser swaps the picture only once it has arrived.
 
 Usage in a notebook::
 
@@ -17,7 +23,6 @@ from __future__ import annotations
 import io
 
 import ipywidgets as widgets
-from IPython.display import Image, clear_output, display
 
 from swkv_teach._validate import check_positive_int
 from swkv_teach.plots import plot_comparison, plot_step
@@ -40,13 +45,13 @@ class EvictionExplorer(widgets.VBox):
     Controls (public attributes, so a test or a lesson can drive them):
     ``play`` (linked to) ``step_slider``, ``window_slider``, ``policy_dropdown``
     and, for LRU, ``access_text`` (ids read at every step, e.g. ``"0"``: each
-    read promotes the token, so it survives eviction). The picture goes to
-    ``output``, redrawn once per change.
+    read promotes the token, so it survives eviction). The picture is the
+    ``image`` widget (PNG bytes), redrawn once per change.
 
     State, kept in plain attributes: ``step``, ``window_size``, ``policy``,
     ``access_pattern``, ``trace`` (the recorded cache states),
     ``cached_positions`` (what the cache holds at ``step``), ``redraws`` and
-    ``last_png`` (the image last sent to ``output``).
+    ``last_png`` (the PNG last put in ``image``).
 
     Args:
         window_size: ``W`` (for LRU, its ``max_size``).
@@ -86,7 +91,7 @@ class EvictionExplorer(widgets.VBox):
             description="LRU reads",
         )
         self.message = widgets.HTML(value="")
-        self.output = widgets.Output()
+        self.image = widgets.Image(format="png")
 
         self.step_slider.observe(self._on_step, names="value")
         self.window_slider.observe(self._on_settings, names="value")
@@ -97,7 +102,7 @@ class EvictionExplorer(widgets.VBox):
             widgets.HBox([self.play, self.step_slider]),
             widgets.HBox([self.policy_dropdown, self.window_slider, self.access_text]),
             self.message,
-            self.output,
+            self.image,
         ])
         self._record()
         self._redraw()
@@ -118,9 +123,7 @@ class EvictionExplorer(widgets.VBox):
         # a pyplot-free Figure: nothing to close, nothing for the inline backend to show a second time
         self.last_png = _png(fig)
         self.redraws += 1
-        with self.output:
-            clear_output(wait=True)  # wait: the old picture stays until the new one arrives, no flicker
-            display(Image(data=self.last_png, format="png"))
+        self.image.value = self.last_png
 
     # -------------------------------------------------------------- callbacks
     def _on_step(self, change) -> None:

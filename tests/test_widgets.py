@@ -97,6 +97,24 @@ def test_constructor_access_pattern_per_step(capsys):
     assert explorer.cached_positions == held_by_real_cache("lru", 3, 5, reads={3: (1,)}) == (1, 4, 5)
 
 
+def widget_tree(widget):
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from widget_tree(child)
+
+
+def test_the_picture_is_an_image_widget_holding_the_png_and_no_output_widget_is_used(explorer):
+    """Colab's ipywidgets 7.7.1 / widgetsnbextension 3.6.10 cannot create an Output in classic Notebook 6.5:
+    an explorer needing one shows no controls there. The picture travels as the Image's value instead."""
+    assert not [w for w in widget_tree(explorer) if isinstance(w, ipywidgets.Output)]
+    assert explorer.image in list(widget_tree(explorer))
+    assert explorer.image.format == "png" and explorer.image.value == explorer.last_png
+    explorer.step_slider.value = 0
+    assert explorer.image.value == explorer.last_png and Image.open(io.BytesIO(explorer.image.value)).format == "PNG"
+    state = explorer.image.get_state()  # what is sent to the browser: the PNG bytes themselves
+    assert bytes(state["value"]) == explorer.last_png
+
+
 def test_no_figures_pile_up(explorer):
     before = len(plt.get_fignums())
     for step in (0, 5, 11):
