@@ -4,7 +4,8 @@
 * exercises/ is stored *clean*: learners start from empty outputs.
 * Every notebook starts with the header :func:`tools.nbtools.header_cells` generates *now*, so the
   Colab badge and the set-up cell follow pyproject's ``Repository`` line. After changing that line
-  (a fork, a rename), rebuild with ``python tools/build_all.py``.
+  (a fork, a rename), rebuild with ``python tools/build.py``.
+* Every lesson and solution is in step with its plain-text source (``NN_name.py`` beside it).
 * Outputs stay small, lesson links to exercises resolve, and notebooks/README.md lists every lesson.
 
 How the outputs themselves are compared is nbval's job (``make test``).
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import nbtools  # noqa: E402  (tools/ is not a package)
 
-REBUILD = "run `python tools/build_all.py` to regenerate the notebooks"
+REBUILD = "run `python tools/build.py` to regenerate the notebooks from their .py sources"
 MAX_TEXT_BYTES = 20_000  # one output's text: a lesson prints numbers, never whole tensors
 MAX_IMAGE_BYTES = 200_000  # one decoded image: a figure at dpi ~90 is 20-60 KB
 EXECUTED = ("notebooks", "solutions")
@@ -82,6 +83,20 @@ def test_starts_with_the_current_generated_header(rel):
         assert nbtools.HEADER_TAG in got.metadata.get("tags", []), (
             f"{rel}: header cell {n} lacks the {nbtools.HEADER_TAG!r} tag. {REBUILD}"
         )
+
+
+@pytest.mark.parametrize("rel", _notebooks(*EXECUTED))
+def test_every_lesson_and_solution_has_its_source_and_is_in_step(rel):
+    """The .ipynb is what ``tools/build.py`` makes of the .py beside it: an edit to either is not lost."""
+    src = nbtools.source_of(ROOT / rel)
+    assert src.is_file(), f"{rel}: no plain-text source {src.relative_to(ROOT)} beside it"
+    diffs = nbtools.differences(src)
+    assert not diffs, f"{rel} is out of step with {src.relative_to(ROOT)}: {diffs[:5]}. {REBUILD}"
+
+
+def test_every_source_has_its_notebook():
+    orphans = [str(s.relative_to(ROOT)) for s in nbtools.sources() if not s.with_suffix(".ipynb").is_file()]
+    assert not orphans, f"sources never built: {orphans}. {REBUILD}"
 
 
 @pytest.mark.parametrize("rel", _notebooks(*EXECUTED))

@@ -1,36 +1,35 @@
-"""Authoring notebooks from Python: one header for all, execution with stored outputs.
+"""Notebooks from plain-text sources: one header for all, stable ids, execution with stored outputs.
 
-Every notebook (lesson or solution) is written by a small builder script in
-``tools/`` that lists its cells and calls :func:`build`, which
+Every lesson and solution is written as a jupytext *percent* file beside its notebook
+(``notebooks/03_ring_buffer.py`` -> ``notebooks/03_ring_buffer.ipynb``): ``# %%`` starts a code
+cell, ``# %% [markdown]`` a markdown cell whose lines are ``# ``-commented. A teacher edits the
+``.py`` file in any editor (or in JupyterLab, which opens it as a notebook when jupytext is
+installed) and runs ``python tools/build.py NAME``. :func:`assemble` then
 
-* puts the generated header first: an "Open in Colab" badge and a set-up
-  cell that installs the package *only* on Colab (without touching Colab's
-  torch). The repository address comes from one place, pyproject's
-  ``[project.urls] Repository``, so a fork changes one line and reruns
-  ``python tools/build_all.py``;
-* runs the notebook top to bottom in a fresh kernel (cwd = its folder) and
-  stores the outputs, so nbval has something to compare;
-* asks Colab for a GPU runtime where ``gpu=True``.
+* puts the generated header first: an "Open in Colab" badge and a set-up cell that installs the
+  package *only* on Colab (keeping Colab's own torch). The repository address comes from one
+  place, pyproject's ``[project.urls] Repository``, so a fork changes one line and rebuilds;
+* gives every cell a stable id (a rebuild that changes nothing leaves the diff empty);
+* asks Colab for a GPU runtime when the source's header says ``accelerator: GPU``.
 
-Usage in a builder::
-
-    from nbtools import build, code, md
-    build("notebooks/01_six_steps.ipynb", [md("# ..."), code("import torch")], gpu=False)
+:func:`execute` runs the notebook top to bottom in a fresh kernel and keeps the outputs, so nbval
+has something to compare; widget state is not stored (ipywidgets 8 state breaks ipywidgets 7
+frontends such as Colab's, and the widgets are redrawn when the cell runs anyway).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import sys
-import time
 from pathlib import Path
 
+import jupytext
 import nbformat
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER_TAG = "swkv-header"
+FOLDERS = ("notebooks", "solutions")
 
 
 def repo_url() -> str:
@@ -55,35 +54,68 @@ def code(source: str, **meta):
     return nbformat.v4.new_code_cell(source.strip("\n"), metadata=meta)
 
 
+SETUP = '''\
+# Set-up. On Google Colab: install the course library into this runtime (Colab's own torch is kept).
+# On your own machine `make lab` has installed it already. Silent when all is well.
+import sys
+if "google.colab" in sys.modules:
+    import subprocess
+    _pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "swkv-teach @ git+{url}"],
+                          capture_output=True, text=True)
+    if _pip.returncode != 0:
+        print(_pip.stderr[-1500:])
+        print("Installing the course library failed (above). Check that the runtime is connected, then "
+              "Runtime > Restart session and run this cell again.")
+try:
+    import swkv_teach
+except ImportError:
+    print("The course library is not installed in this kernel. In a terminal, in the course folder, run "
+          "`make lab` (or `pip install -e .` in this kernel's Python), then restart the kernel.")'''
+
+
 def header_cells(rel_path: str) -> list:
-    """The badge and the Colab-only set-up cell, tagged so tests can find and check them."""
+    """The badge and the set-up cell, tagged so tests and the build can find them."""
     badge = md(
         f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(rel_path)})",
         tags=[HEADER_TAG],
     )
-    setup = code(
-        "# Set-up: on Google Colab only, install the course library (Colab's torch is kept).\n"
-        "# On your own machine `make lab` has installed it already, and this cell does nothing.\n"
-        "import sys\n"
-        'if "google.colab" in sys.modules:\n'
-        f'    !pip install -q "swkv-teach @ git+{repo_url()}"',
-        tags=[HEADER_TAG],
-    )
-    return [badge, setup]
+    return [badge, code(SETUP.format(url=repo_url()), tags=[HEADER_TAG])]
 
 
-def new_notebook(rel_path: str, cells: list, gpu: bool = False):
+def source_of(ipynb: Path) -> Path:
+    """The percent-format source beside a notebook."""
+    return ipynb.with_suffix(".py")
+
+
+def sources(filters: list[str] | None = None) -> list[Path]:
+    """Every notebook source (``notebooks/NN_*.py``, ``solutions/NN_*.py``) whose name contains a filter."""
+    found = sorted(p for f in FOLDERS for p in (ROOT / f).glob("[0-9][0-9]_*.py"))
+    if filters:
+        found = [p for p in found if any(f in str(p.relative_to(ROOT)) for f in filters)]
+    return found
+
+
+def is_header(cell) -> bool:
+    return HEADER_TAG in cell.metadata.get("tags", [])
+
+
+def assemble(src: Path):
+    """The notebook ``src`` describes, header prepended, ids and metadata set, not executed."""
+    rel = str(src.with_suffix(".ipynb").relative_to(ROOT))
+    text = jupytext.read(src, fmt="py:percent")
     nb = nbformat.v4.new_notebook()
-    nb.cells = header_cells(rel_path) + list(cells)
+    # a header synced back by jupytext's pairing is dropped: the build writes the current one
+    nb.cells = header_cells(rel) + [c for c in text.cells if not is_header(c)]
     for i, cell in enumerate(nb.cells):
-        # stable ids: a rebuild that changes nothing leaves the file's diff empty
-        cell.id = hashlib.sha1(f"{rel_path}:{i}".encode()).hexdigest()[:8]
+        cell.id = hashlib.sha1(f"{rel}:{i}".encode()).hexdigest()[:8]
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
     nb.metadata = {
         "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
         "colab": {"provenance": []},
     }
-    if gpu:
+    if text.metadata.get("accelerator") == "GPU":
         nb.metadata["accelerator"] = "GPU"
         nb.metadata["colab"]["gpuType"] = "T4"
     return nb
@@ -94,17 +126,29 @@ def execute(nb, folder: Path, timeout: int = 120):
     NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
+    nb.metadata.pop("widgets", None)
     return nb
 
 
-def build(rel_path: str, cells: list, gpu: bool = False, run: bool = True, timeout: int = 120) -> Path:
-    """Write ``ROOT/rel_path`` from ``cells`` (header prepended), executed unless ``run=False``."""
-    path = ROOT / rel_path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nb = new_notebook(rel_path, cells, gpu=gpu)
-    if run:
-        t0 = time.perf_counter()
-        execute(nb, path.parent, timeout=timeout)
-        print(f"{rel_path}: executed in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    nbformat.write(nb, path)
-    return path
+def differences(src: Path) -> list[str]:
+    """How the stored notebook differs from what its source builds (cells, ids, metadata), outputs aside."""
+    path = src.with_suffix(".ipynb")
+    if not path.is_file():
+        return [f"{path.relative_to(ROOT)} does not exist"]
+    want, got = assemble(src), nbformat.read(path, as_version=4)
+    found = []
+    if len(want.cells) != len(got.cells):
+        found.append(f"{len(got.cells)} cells stored, the source makes {len(want.cells)}")
+    for n, (w, g) in enumerate(zip(want.cells, got.cells)):
+        for key in ("cell_type", "source", "id"):
+            if w.get(key) != g.get(key):
+                found.append(f"cell {n}: {key} differs")
+                break
+        else:
+            if dict(w.metadata) != dict(g.metadata):
+                found.append(f"cell {n}: metadata differs")
+    # language_info is filled in by the kernel that ran it; the rest is the build's
+    for key in ("kernelspec", "colab", "accelerator", "widgets"):
+        if got.metadata.get(key) != want.metadata.get(key):
+            found.append(f"notebook metadata {key!r} differs")
+    return found

@@ -1,29 +1,32 @@
-"""Builds notebooks/01_six_steps.ipynb: SlidingWindowKVCache, one step per section.
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+# ---
 
-Run: ``python tools/build_lesson_01.py`` (or ``python tools/build_all.py``).
-"""
+# %% [markdown]
+# # Lesson 1 — A sliding-window KV cache in six steps
+#
+# The task, as interviewers and textbooks pose it:
+#
+# > Write `SlidingWindowKVCache(window_size)` with one method, `update(k_new, v_new)`. Each call
+# > brings one token's key and value, shaped `(batch, heads, 1, head_dim)`. Append them, evict from
+# > the front once the cache holds more than `window_size` tokens, and return the cached `(k, v)`.
+#
+# We build it in six steps, one section each. Each section adds a few lines (marked `# NEW`) to
+# the class and ends with a **checkpoint** that runs the partial class. Checkpoints use
+# `head_dim = 1` and keys `1., 2., 3., …` (values are ten times the key), so every printed
+# tensor is a short list of numbers you can read.
+#
+# At the end our class is compared with the library's `swkv_teach.SlidingWindowKVCache` on a random stream.
 
-from nbtools import build, code, md
-
-CELLS = [
-    md(r"""
-# Lesson 1 — A sliding-window KV cache in six steps
-
-The task, as interviewers and textbooks pose it:
-
-> Write `SlidingWindowKVCache(window_size)` with one method, `update(k_new, v_new)`. Each call
-> brings one token's key and value, shaped `(batch, heads, 1, head_dim)`. Append them, evict from
-> the front once the cache holds more than `window_size` tokens, and return the cached `(k, v)`.
-
-We build it in six steps, one section each. Each section adds a few lines (marked `# NEW`) to
-the class and ends with a **checkpoint** that runs the partial class. Checkpoints use
-`head_dim = 1` and keys `1., 2., 3., …` (values are ten times the key), so every printed
-tensor is a short list of numbers you can read.
-
-At the end our class is compared with the library's `swkv_teach.SlidingWindowKVCache` on a random stream.
-"""),
-    code(r"""
-%matplotlib inline
+# %%
+# %matplotlib inline
 import torch
 import matplotlib.pyplot as plt
 
@@ -43,38 +46,42 @@ def tok(x):
 def show(t):
     # a (1, 1, tokens, 1) cache tensor as a plain list, oldest token first
     return t.flatten().tolist()
-"""),
-    code(r"""
+
+
+# %%
 # NBVAL_IGNORE_OUTPUT
 print("running on", dev)
-"""),
-    md(r"""
-## Step 1 — Store the window and start empty
 
-The constructor only remembers `window_size`. The cache holds nothing yet, so `k` and `v` are
-`None`. Why not an empty tensor of shape `(batch, heads, 0, head_dim)`? Because we do not know
-the batch size, the number of heads, `head_dim`, the dtype or the device until the first token
-arrives. `None` says honestly that nothing is there yet.
-"""),
-    code(r"""
+
+# %% [markdown]
+# ## Step 1 — Store the window and start empty
+#
+# The constructor only remembers `window_size`. The cache holds nothing yet, so `k` and `v` are
+# `None`. Why not an empty tensor of shape `(batch, heads, 0, head_dim)`? Because we do not know
+# the batch size, the number of heads, `head_dim`, the dtype or the device until the first token
+# arrives. `None` says honestly that nothing is there yet.
+
+# %%
 class SlidingWindowKVCache:
     def __init__(self, window_size: int):
         self.window_size = window_size  # NEW
         self.k = None                   # NEW: (batch, heads, tokens, head_dim) after the first update
         self.v = None                   # NEW
-"""),
-    code(r"""
+
+
+# %%
 # checkpoint 1
 cache = SlidingWindowKVCache(window_size=3)
 print("window:", cache.window_size, "| k:", cache.k, "| v:", cache.v)
-"""),
-    md(r"""
-## Step 2 — Assign on the first update
 
-On the first call there is nothing to concatenate onto, so the new token simply becomes the
-cache. The method returns what the cache holds.
-"""),
-    code(r"""
+
+# %% [markdown]
+# ## Step 2 — Assign on the first update
+#
+# On the first call there is nothing to concatenate onto, so the new token simply becomes the
+# cache. The method returns what the cache holds.
+
+# %%
 class SlidingWindowKVCache:
     def __init__(self, window_size: int):
         self.window_size = window_size
@@ -85,25 +92,27 @@ class SlidingWindowKVCache:
         if self.k is None:                          # NEW: nothing to concatenate onto yet
             self.k, self.v = k_new, v_new           # NEW
         return self.k, self.v                       # NEW
-"""),
-    code(r"""
+
+
+# %%
 # checkpoint 2
 cache = SlidingWindowKVCache(window_size=3)
 for x in [1.0, 2.0]:
     k, v = cache.update(*tok(x))
     print(f"update({x}) -> k {show(k)}  v {show(v)}")
-"""),
-    md(r"""
-The first token is stored. The second is silently **lost**: `update(2.0)` still returns `[1.0]`.
-The next step fixes that.
-"""),
-    md(r"""
-## Step 3 — Append along the token axis
 
-Tensors are laid out `(batch, heads, tokens, head_dim)`, so tokens live on **dim 2**.
-`torch.cat` along that axis turns `(B, H, t, D)` plus `(B, H, 1, D)` into `(B, H, t + 1, D)`.
-"""),
-    code(r"""
+
+# %% [markdown]
+# The first token is stored. The second is silently **lost**: `update(2.0)` still returns `[1.0]`.
+# The next step fixes that.
+
+# %% [markdown]
+# ## Step 3 — Append along the token axis
+#
+# Tensors are laid out `(batch, heads, tokens, head_dim)`, so tokens live on **dim 2**.
+# `torch.cat` along that axis turns `(B, H, t, D)` plus `(B, H, 1, D)` into `(B, H, t + 1, D)`.
+
+# %%
 class SlidingWindowKVCache:
     def __init__(self, window_size: int):
         self.window_size = window_size
@@ -117,27 +126,29 @@ class SlidingWindowKVCache:
             self.k = torch.cat([self.k, k_new], dim=2)      # NEW: (B, H, t, D) -> (B, H, t + 1, D)
             self.v = torch.cat([self.v, v_new], dim=2)      # NEW
         return self.k, self.v
-"""),
-    code(r"""
+
+
+# %%
 # checkpoint 3
 cache = SlidingWindowKVCache(window_size=3)
 for x in [1.0, 2.0, 3.0, 4.0, 5.0]:
     k, v = cache.update(*tok(x))
     print(f"update({x}) -> k {show(k)}  shape {tuple(k.shape)}")
-"""),
-    md(r"""
-Every token is kept now, but the cache ignores its window and grows forever: this is the
-ordinary cache of lesson 0. Time to evict.
-"""),
-    md(r"""
-## Step 4 — Evict from the front by slicing
 
-After appending, if the cache holds more than `window_size` tokens, keep only the **last**
-`window_size`: `self.k[:, :, -window_size:]`. The oldest token sits at the front of the token
-axis, so it is the one that falls off. No index bookkeeping is needed: the slice *is* the
-eviction policy.
-"""),
-    code(r"""
+
+# %% [markdown]
+# Every token is kept now, but the cache ignores its window and grows forever: this is the
+# ordinary cache of lesson 0. Time to evict.
+
+# %% [markdown]
+# ## Step 4 — Evict from the front by slicing
+#
+# After appending, if the cache holds more than `window_size` tokens, keep only the **last**
+# `window_size`: `self.k[:, :, -window_size:]`. The oldest token sits at the front of the token
+# axis, so it is the one that falls off. No index bookkeeping is needed: the slice *is* the
+# eviction policy.
+
+# %%
 class SlidingWindowKVCache:
     def __init__(self, window_size: int):
         self.window_size = window_size
@@ -154,55 +165,57 @@ class SlidingWindowKVCache:
             self.k = self.k[:, :, -self.window_size:]           # NEW: keep the last W tokens
             self.v = self.v[:, :, -self.window_size:]           # NEW
         return self.k, self.v
-"""),
-    code(r"""
+
+
+# %%
 # checkpoint 4
 cache = SlidingWindowKVCache(window_size=3)
 for x in [1.0, 2.0, 3.0, 4.0, 5.0]:
     k, v = cache.update(*tok(x))
     print(f"update({x}) -> k {show(k)}  v {show(v)}")
-"""),
-    md(r"""
-From the fourth token on, the cache holds exactly three tokens, and the oldest one leaves first.
 
-**A subtlety worth knowing (and worth saying in an interview): the slice does not copy.**
-`self.k[:, :, -W:]` is a *view*: a new tensor header pointing into the memory that `torch.cat`
-just allocated for `W + 1` tokens, starting one token in. Slicing is O(1). The O(W) cost is the
-`torch.cat`, which allocates a new tensor and copies all stored tokens plus the new one into it,
-**at every step**. Lesson 3 measures that cost and removes it with a ring buffer.
-"""),
-    code(r"""
+# %% [markdown]
+# From the fourth token on, the cache holds exactly three tokens, and the oldest one leaves first.
+#
+# **A subtlety worth knowing (and worth saying in an interview): the slice does not copy.**
+# `self.k[:, :, -W:]` is a *view*: a new tensor header pointing into the memory that `torch.cat`
+# just allocated for `W + 1` tokens, starting one token in. Slicing is O(1). The O(W) cost is the
+# `torch.cat`, which allocates a new tensor and copies all stored tokens plus the new one into it,
+# **at every step**. Lesson 3 measures that cost and removes it with a ring buffer.
+
+# %%
 k = cache.k
 storage_tokens = k.untyped_storage().nbytes() // k.element_size()  # head_dim = 1: one number per token
 print("tokens visible in cache.k:      ", k.shape[2])
 print("tokens in the memory behind it: ", storage_tokens)
 print("cache.k starts at element       ", k.storage_offset(), "of that memory")
-"""),
-    md(r"""
-You may meet a comment on this line claiming that the slice "is O(window_size) to copy but keeps
-the cache tensor contiguous". Neither half holds. The slice copies nothing, as just shown. And
-with more than one head it is *not* contiguous: each head's rows skip over the evicted token. It
-is the **next** `torch.cat` that copies the whole window into a fresh tensor of `W + 1` tokens,
-which is then sliced again.
-"""),
-    code(r"""
+
+# %% [markdown]
+# You may meet a comment on this line claiming that the slice "is O(window_size) to copy but keeps
+# the cache tensor contiguous". Neither half holds. The slice copies nothing, as just shown. And
+# with more than one head it is *not* contiguous: each head's rows skip over the evicted token. It
+# is the **next** `torch.cat` that copies the whole window into a fresh tensor of `W + 1` tokens,
+# which is then sliced again.
+
+# %%
 two_heads = SlidingWindowKVCache(window_size=3)
 for x in [1.0, 2.0, 3.0, 4.0]:
     k_new = torch.full((1, 2, 1, 1), x, device=dev)          # 2 heads, same scalar key in both
     two_heads.update(k_new, 10 * k_new)
 print("2 heads, keys of head 0:", show(two_heads.k[:, :1]), "| contiguous?", two_heads.k.is_contiguous())
 print("strides (batch, heads, tokens, head_dim):", two_heads.k.stride(), "- a head is 4 tokens apart, not 3")
-"""),
-    md(r"""
-## Step 5 — Return what the cache holds
 
-`update` returns `self.k, self.v` **after** eviction. The caller attends the new token's query
-over exactly these keys, so returning anything else changes the model. A tempting mistake is to
-return the concatenated tensor before evicting it. Here is that mistake as a sibling class: the
-query at position 3 (key `4.0`) would then see the key at position 0, which the window rule
-`i - W < j <= i` forbids.
-"""),
-    code(r"""
+
+# %% [markdown]
+# ## Step 5 — Return what the cache holds
+#
+# `update` returns `self.k, self.v` **after** eviction. The caller attends the new token's query
+# over exactly these keys, so returning anything else changes the model. A tempting mistake is to
+# return the concatenated tensor before evicting it. Here is that mistake as a sibling class: the
+# query at position 3 (key `4.0`) would then see the key at position 0, which the window rule
+# `i - W < j <= i` forbids.
+
+# %%
 class EvictsAfterReturning(SlidingWindowKVCache):
     # the bug: hand the caller the appended tensors, evict only for next time
     def update(self, k_new, v_new):
@@ -223,15 +236,16 @@ for cls in [SlidingWindowKVCache, EvictsAfterReturning]:
     positions = [int(x) - 1 for x in show(k)]              # key x. is the token at position x - 1
     ok = [bool(allowed(3, j, W)) for j in positions]
     print(f"{cls.__name__:>21}: query 3 attends positions {positions}, allowed: {ok}")
-"""),
-    md(r"""
-## Step 6 — Check the ceiling for any number of steps
 
-The whole point is a **flat memory ceiling**: however long generation runs, the cache never
-holds more than `window_size` tokens. We check it over a thousand steps of realistic shape
-(batch 2, 4 heads, `head_dim` 16), next to the unbounded cache of step 3.
-"""),
-    code(r"""
+
+# %% [markdown]
+# ## Step 6 — Check the ceiling for any number of steps
+#
+# The whole point is a **flat memory ceiling**: however long generation runs, the cache never
+# holds more than `window_size` tokens. We check it over a thousand steps of realistic shape
+# (batch 2, 4 heads, `head_dim` 16), next to the unbounded cache of step 3.
+
+# %%
 class Unbounded(SlidingWindowKVCache):
     # step 3's cache: append, never evict
     def update(self, k_new, v_new):
@@ -259,13 +273,14 @@ plt.close(fig)
 
 print(f"longest windowed cache: {max(lengths['windowed'])} tokens (W = {W})")
 print("ceiling holds at every step:", all(n <= W for n in lengths["windowed"]))
-"""),
-    md(r"""
-## The whole class, and a check against the library
 
-Here is the finished class once more, with nothing marked: eleven lines of logic.
-"""),
-    code(r"""
+
+# %% [markdown]
+# ## The whole class, and a check against the library
+#
+# Here is the finished class once more, with nothing marked: eleven lines of logic.
+
+# %%
 class SlidingWindowKVCache:
     def __init__(self, window_size: int):
         self.window_size = window_size
@@ -282,14 +297,15 @@ class SlidingWindowKVCache:
             self.k = self.k[:, :, -self.window_size:]
             self.v = self.v[:, :, -self.window_size:]
         return self.k, self.v
-"""),
-    md(r"""
-The library's `swkv_teach.SlidingWindowKVCache` has the same API and, for one-token updates, the
-same behaviour; it adds argument checks, prompt chunks, and the shared cache interface
-(`positions`, `seen`, `nbytes`, `reset`) that later lessons use. On a random stream both must
-return identical tensors at every step (`torch.equal`: same shape, bit for bit).
-"""),
-    code(r"""
+
+
+# %% [markdown]
+# The library's `swkv_teach.SlidingWindowKVCache` has the same API and, for one-token updates, the
+# same behaviour; it adds argument checks, prompt chunks, and the shared cache interface
+# (`positions`, `seen`, `nbytes`, `reset`) that later lessons use. On a random stream both must
+# return identical tensors at every step (`torch.equal`: same shape, bit for bit).
+
+# %%
 W, steps = 5, 40
 ours, theirs = SlidingWindowKVCache(W), swkv_teach.SlidingWindowKVCache(W)
 equal = []
@@ -301,20 +317,15 @@ for _ in range(steps):
     equal.append(torch.equal(k1, k2) and torch.equal(v1, v2))
 print(f"{steps} steps compared, identical at every step: {all(equal)}")
 print("library cache:", theirs)
-"""),
-    md(r"""
-## What to remember
 
-* Tokens live on dim 2 of `(batch, heads, tokens, head_dim)`; append with `torch.cat(dim=2)`.
-* `None` until the first update: the shape, dtype and device come from the first token.
-* Evict by slicing the last `W`; return what the cache holds *after* evicting.
-* The slice is a free view; the `torch.cat` copies the whole window at every step: O(W) time and
-  a fresh allocation per token (lesson 3).
-
-**Your turn:** [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb)
-asks you to write this class yourself, and grades it against the library on tricky cases.
-"""),
-]
-
-if __name__ == "__main__":
-    build("notebooks/01_six_steps.ipynb", CELLS, gpu=False)
+# %% [markdown]
+# ## What to remember
+#
+# * Tokens live on dim 2 of `(batch, heads, tokens, head_dim)`; append with `torch.cat(dim=2)`.
+# * `None` until the first update: the shape, dtype and device come from the first token.
+# * Evict by slicing the last `W`; return what the cache holds *after* evicting.
+# * The slice is a free view; the `torch.cat` copies the whole window at every step: O(W) time and
+#   a fresh allocation per token (lesson 3).
+#
+# **Your turn:** [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb)
+# asks you to write this class yourself, and grades it against the library on tricky cases.

@@ -1,0 +1,129 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+# ---
+
+# %% [markdown]
+# # Lesson 2 — Watching eviction
+#
+# In [lesson 1](01_six_steps.ipynb) you built a sliding-window KV cache. Here you *watch* one work:
+# which tokens it keeps, which it throws away, and where each token sits in memory.
+#
+# Every picture below is drawn from a **real cache** of `swkv_teach.caches`: each token's key is set to its
+# own position, and after every step the picture reads the cache's tensors back. Nothing is re-computed
+# by hand, so if a cache had a bug, you would see it here.
+#
+# The rule being drawn is the window convention of `swkv_teach.masks`: with window `W`, the query at
+# position `i` sees the keys `j` with `i - W < j <= i`.
+
+# %%
+# %matplotlib inline
+import torch
+
+torch.manual_seed(0)  # nothing random below, but every lesson starts the same way
+
+from swkv_teach.plots import plot_attention_band, plot_memory, plot_slots, plot_step, plot_token_stream
+from swkv_teach.trace import record
+from swkv_teach.widgets import EvictionExplorer, compare_policies
+
+# %% [markdown]
+# ## The explorer
+#
+# Press **▶** (or drag the **step** slider) and watch the token stream. At step `t`, token `t` has just
+# arrived (outlined in black).
+#
+# * **Top**: every token of the stream — blue in the cache, grey evicted, white not seen yet.
+# * **Bottom left**: the cache's storage, slot by slot, with each token's age (`step - position`).
+# * **Bottom right**: the attention mask; the outlined row is the current query, the dots are the keys the
+#   cache holds. For a correct window cache the dots sit exactly on the blue band.
+#
+# Try the **policy** menu: `ring` and `sinks` keep the same tokens as `sliding`, but in different slots.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+explorer = EvictionExplorer(window_size=4, steps=24, policy="sliding")
+explorer
+
+# %% [markdown]
+# No live kernel (reading this on GitHub)? Here is what the explorer shows at step 6: tokens 3 to 6 are
+# kept, 0 to 2 are gone.
+
+# %%
+trace = record("sliding", window_size=4, steps=24)
+print("cached at step 6:", trace[6].cached)
+print("evicted during step 6:", trace[6].evicted)
+plot_step(trace, 6)
+
+# %% [markdown]
+# ## A ring buffer: same tokens, different slots
+#
+# The sliding cache above copies the whole window every step (`torch.cat`, then slice). A ring buffer
+# writes token `p` into slot `p % W` and never moves anything. The token set is identical; only the
+# *order in memory* changes. The red arrow is the write pointer: the slot the next token overwrites,
+# always the oldest one.
+
+# %%
+ring = record("ring", window_size=4, steps=24)
+for t in (3, 4, 5, 9):
+    print(f"step {t}: slots {ring[t].slots}, next write -> slot {ring[t].next_slot}")
+plot_slots(ring, 9)
+
+# %% [markdown]
+# ## Attention sinks: keep the first tokens forever
+#
+# Models park a lot of attention on the very first tokens. The `sinks` policy pins `S` of them in front
+# of the ring (orange) and slides the window behind them. In the mask, the sink columns stay open for
+# every query.
+
+# %%
+sinks = record("sinks", window_size=4, steps=24, num_sinks=2)
+print("cached at step 11:", sinks[11].cached, "sinks:", sinks[11].sinks)
+plot_token_stream(sinks, 11)
+
+# %%
+plot_attention_band(sinks, 11)
+
+# %% [markdown]
+# ## LRU is not a sliding window
+#
+# The blog post behind this course used an LRU cache. LRU evicts the least recently *used* token, not the
+# oldest one, and every read *promotes* a token. With no reads it is the sliding window exactly. But read
+# token 0 at every step, and token 0 is never evicted: the cache now holds a key the window forbids (red
+# cross in the explorer's mask), so attention over it is no longer sliding-window attention.
+#
+# In the explorer, choose `lru` and type `0` into **LRU reads**. Below, the same 24 tokens under both
+# policies; red outlines mark where they disagree.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+EvictionExplorer(window_size=4, steps=24, policy="lru", access_pattern="0")
+
+# %%
+lru = record("lru", window_size=4, steps=24, access_pattern="0")
+window = record("sliding", window_size=4, steps=24)
+for t in (3, 4, 10):
+    print(f"step {t}: sliding {window[t].cached}   lru {lru[t].cached}")
+compare_policies(24, 4, policies=("sliding", "lru"), access_pattern="0")
+
+# %% [markdown]
+# ## Why bother: memory
+#
+# For a 7B-class model (32 layers, 8 key/value heads, head_dim 128, float16) every token costs 128 KiB
+# of keys and values. An unbounded cache grows with the conversation; a sliding window stops at `W` tokens.
+
+# %%
+plot_memory(steps=32768, window_size=4096, num_layers=32, num_kv_heads=8, head_dim=128, dtype=torch.float16)
+
+# %% [markdown]
+# ## Your turn
+#
+# * Build the ring buffer yourself: [exercises/03_ring_buffer.ipynb](../exercises/03_ring_buffer.ipynb).
+# * Not done with lesson 1's cache yet? [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb).
+# * Before you start, predict with the explorer: with `W = 5`, which slot holds token 13, and which token
+#   does token 15 overwrite? Then move the sliders and check.

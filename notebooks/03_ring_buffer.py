@@ -1,0 +1,298 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+# ---
+
+# %% [markdown]
+# # Lesson 3 — The ring buffer: the same window without copying it
+#
+# Lesson 1's cache is correct, and it is what most people write first. Its cost hides in one line:
+# `torch.cat` allocates a new tensor and **copies the whole window** at every step. With
+# `W = 4096` that is thousands of tokens copied to add one.
+#
+# A **ring buffer** allocates `W` slots once and writes token `p` into slot `p % W`, overwriting
+# the token that just left the window. This lesson
+#
+# 1. measures the copy the naive cache makes,
+# 2. walks through the slots step by step,
+# 3. shows why the slots' scrambled order does not matter for one query, and when a mask built
+#    from **positions** is needed,
+# 4. separates `seen` (tokens ever written) from `len` (tokens stored),
+# 5. checks that nothing is allocated once the buffer is full,
+# 6. checks attention over the ring against the full-sequence oracle.
+#
+# The ring is the library's `swkv_teach.RingBufferKVCache`; a GPU helps the timings but is not needed.
+
+# %%
+# %matplotlib inline
+import time
+
+import torch
+import matplotlib.pyplot as plt
+
+import swkv_teach
+from swkv_teach import (RingBufferKVCache, SlidingWindowKVCache, attention, cached_attention,
+                        sliding_window_attention, window_mask)
+
+torch.manual_seed(0)
+dev = swkv_teach.device()
+
+
+def tok(x):
+    # one token with a scalar key x and value 10x: (batch=1, heads=1, tokens=1, head_dim=1)
+    k = torch.tensor([[[[x]]]], device=dev)
+    return k, 10 * k
+
+
+def sync():
+    # GPU work is asynchronous: wait for it before reading the clock
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print("running on", dev)
+
+# %% [markdown]
+# ## 1. What the naive cache copies
+#
+# Once full, each naive update runs `torch.cat([self.k, k_new], dim=2)`: a new tensor of `W + 1`
+# tokens, every one of them written, then a view of the last `W`. Same for `v`. The ring writes one
+# token into `k` and one into `v`. For a layer shaped `(batch 1, 8 heads, head_dim 64)` in fp32:
+
+# %%
+B, H, D, itemsize = 1, 8, 64, 4
+token_bytes = B * H * D * itemsize                       # one token's key (or value) in one layer
+windows = [128, 512, 2048, 8192]
+print(f"{'W':>6} {'naive writes/step':>18} {'ring writes/step':>17}")
+for W in windows:
+    print(f"{W:>6} {2 * (W + 1) * token_bytes / 2**20:>14.3f} MiB {2 * token_bytes / 2**10:>13.1f} KiB")
+
+
+# %% [markdown]
+# Now the clock. We fill each cache with `W` tokens in one chunk, then time single-token updates
+# and take the median. Your numbers will differ from anyone else's (the cell's output is not
+# checked), but the shape should not: the naive line climbs with `W`, the ring stays flat.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def time_update(cache_cls, W, steps=20):
+    cache = cache_cls(W)
+    k0 = torch.randn(B, H, W, D, device=dev)
+    cache.update(k0, torch.randn_like(k0))               # fill the window in one chunk
+    k1, v1 = torch.randn(B, H, 1, D, device=dev), torch.randn(B, H, 1, D, device=dev)
+    for _ in range(3):                                   # warm-up
+        cache.update(k1, v1)
+    times = []
+    for _ in range(steps):
+        sync()
+        t0 = time.perf_counter()
+        cache.update(k1, v1)
+        sync()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2] * 1e6          # median, microseconds
+
+
+# one CPU thread: on a busy machine, hand-offs between threads would swamp the copy we want to see
+threads = torch.get_num_threads()
+torch.set_num_threads(1)
+timings = {name: [time_update(cls, W) for W in windows]
+           for name, cls in [("naive (cat + slice)", SlidingWindowKVCache), ("ring (slot p % W)", RingBufferKVCache)]}
+torch.set_num_threads(threads)
+for name, us in timings.items():
+    print(f"{name:>20}: " + "  ".join(f"W={W}: {t:8.1f} us" for W, t in zip(windows, us)))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+fig, ax = plt.subplots(figsize=(6, 3), dpi=90)
+for name, us in timings.items():
+    ax.plot(windows, us, marker="o", label=name)
+ax.set(xscale="log", yscale="log", xlabel="window W (tokens)", ylabel="one update, microseconds (median)",
+       title=f"one layer, {H} heads x head_dim {D}, fp32, {dev.type}")
+ax.legend()
+plt.show()
+plt.close(fig)
+
+# %% [markdown]
+# ## 2. Writing into slot `p % W`
+#
+# The ring keeps a preallocated buffer `k_buf` of shape `(batch, heads, W, head_dim)` (and the same
+# for values). Token `p` goes into slot `p % W`. While the buffer fills, slots are used in order;
+# after that, each new token overwrites the slot of the token that just fell out of the window,
+# which is exactly the token at position `p - W`.
+#
+# Scalar keys again: key `x` is the token at position `x - 1`; `-` marks an empty slot.
+
+# %%
+W = 4
+ring = RingBufferKVCache(W)
+print(f"{'p':>2} {'slot':>4}  {'slots 0..3':<14} {'returned keys':<14} positions")
+for p in range(7):
+    k, v = ring.update(*tok(p + 1.0))
+    slots = "[" + ", ".join(f"{x:g}" if s < len(ring) else "-" for s, x in enumerate(ring.k_buf.flatten().tolist())) + "]"
+    keys = "[" + ", ".join(f"{x:g}" for x in k.flatten().tolist()) + "]"
+    print(f"{p:>2} {p % W:>4}  {slots:<14} {keys:<14} {ring.positions.tolist()}")
+
+# %% [markdown]
+# At `p = 4` the key `5.` lands in slot 0, where `1.` (position 0) was: position 0 is exactly the
+# key that query 4 may no longer see (`4 - 4 < 0` is false). The returned keys are in **slot order**
+# (`[5, 6, 7, 4]` at the end), not in time order; `ring.positions` tells which position each
+# returned key holds. When you want time order, for display or tests, `ring.ordered()` makes a
+# sorted copy.
+
+# %%
+k_sorted, v_sorted = ring.ordered()
+print("chronological keys:", k_sorted.flatten().tolist(), "at positions", ring.stored_positions().tolist())
+
+# %% [markdown]
+# ## 3. Why slot order does not matter for one query
+#
+# Attention for one query is `Σ_j softmax(q·k_j/√d)_j · v_j`: a weighted **sum** over keys, and a
+# sum does not care about order. Permute keys and values *together*, and the output is the same up
+# to floating-point rounding:
+
+# %%
+q = torch.randn(1, 1, 1, 8, device=dev)
+K, V = torch.randn(1, 1, 6, 8, device=dev), torch.randn(1, 1, 6, 8, device=dev)
+perm = torch.randperm(6).to(dev)                         # drawn on the CPU: the same on every machine
+out, out_perm = attention(q, K, V), attention(q, K[:, :, perm], V[:, :, perm])
+print("permutation:", perm.tolist())
+print("same output (to 1e-6):", torch.allclose(out, out_perm, atol=1e-6))
+
+# %% [markdown]
+# The catch is in "to 1e-6": a different order changes the rounding, so ring and naive agree to
+# floating-point tolerance rather than bit for bit.
+#
+# There is a condition, though: each key must already **carry its position**. In a real model
+# rotary embeddings (RoPE) rotate each key by its absolute position *before* it is cached, so a
+# key means the same thing wherever it sits in the buffer. Nothing in attention reads the slot index.
+#
+# For a single decoding query nothing else is needed: every key the ring holds is inside that
+# query's window, so there is nothing to mask.
+
+# %%
+p = ring.seen - 1                                        # the query that just ran
+print("query", p, "may see every returned key:", window_mask([p], ring.positions, W).all().item())
+
+# %% [markdown]
+# **A chunk of queries is different.** During prefill (or speculative decoding) several new tokens
+# arrive at once, and each of their queries has a *different* window. The cache returns the stored
+# keys the chunk's first query may still see, followed by the chunk, and `cache.positions` lists
+# their absolute positions. The mask must be built from those positions with
+# `swkv_teach.window_mask(q_positions, cache.positions, W)`, not from the keys' index in the tensor.
+#
+# Below: `W = 4`, six tokens decoded one at a time, then a chunk of three (positions 6, 7, 8).
+
+# %%
+W, D8 = 4, 8
+T = 9
+Q, K, V = (torch.randn(1, 1, T, D8, device=dev) for _ in range(3))
+
+ring = RingBufferKVCache(W)
+for p in range(6):
+    ring.update(K[:, :, p : p + 1], V[:, :, p : p + 1])
+k, v = ring.update(K[:, :, 6:9], V[:, :, 6:9])          # the chunk
+q_pos = torch.arange(6, 9)
+mask = window_mask(q_pos, ring.positions, W)
+print("returned key positions:", ring.positions.tolist())
+print("mask (rows: queries 6, 7, 8):")
+print(mask.int())
+
+oracle = sliding_window_attention(Q, K, V, W)[:, :, 6:9]
+with_mask = cached_attention(Q[:, :, 6:9], k, v, q_pos, ring.positions, W)
+no_mask = attention(Q[:, :, 6:9], k, v)                  # every query sees every returned key
+print("with the position mask == oracle:", torch.allclose(with_mask, oracle, atol=1e-5))
+print("without a mask      == oracle:", torch.allclose(no_mask, oracle, atol=1e-5))
+
+# %% [markdown]
+# Query 6 must not see keys 7 and 8 (the future), and query 8 must not see keys 3 and 4 (they left
+# its window). One rule, built from positions, handles both, in any key order.
+#
+# ## 4. `seen` and `len`: two counts, kept apart
+#
+# * `cache.seen`: tokens ever written. The next token's position is `seen`, and so is the
+#   position its key is rotated by.
+# * `len(cache)`: tokens stored now, never more than `W`.
+#
+# Mixing the two up is a classic bug: rotate a new key by `len(cache)` and after `W` tokens every
+# key gets the same position. (Hugging Face's old `SinkCache` had a version of this mistake.)
+
+# %%
+ring = RingBufferKVCache(4)
+for p in range(10):
+    ring.update(*tok(p + 1.0))
+print("seen:", ring.seen, "| stored:", len(ring), "| capacity:", ring.capacity)
+print("positions in slot order:   ", ring.positions.tolist())
+print("positions in time order:   ", ring.stored_positions().tolist())
+
+# %% [markdown]
+# ## 5. Nothing is allocated once the buffer is full
+#
+# The ring allocates `k_buf` and `v_buf` on its first update, and from then on only writes into
+# them. Check that the returned tensors always live at the buffer's address (`data_ptr`) and that
+# `nbytes` never changes over a hundred steps. The naive cache, by contrast, gets new memory at
+# every step.
+
+# %%
+W = 8
+ring, naive = RingBufferKVCache(W), SlidingWindowKVCache(W)
+k0 = torch.randn(1, 2, W, 4, device=dev)
+ring.update(k0, k0.clone())
+naive.update(k0, k0.clone())
+buf_ptr, nbytes = ring.k_buf.data_ptr(), ring.nbytes
+
+ring_same, naive_new = [], []
+for _ in range(100):
+    k_new, v_new = torch.randn(1, 2, 1, 4, device=dev), torch.randn(1, 2, 1, 4, device=dev)
+    k, v = ring.update(k_new, v_new)
+    ring_same.append(k.data_ptr() == buf_ptr == ring.k_buf.data_ptr() and ring.nbytes == nbytes)
+    before = naive.k.untyped_storage().data_ptr()
+    naive.update(k_new, v_new)
+    naive_new.append(naive.k.untyped_storage().data_ptr() != before)
+print(f"ring: same buffer and nbytes = {nbytes} at all 100 steps: {all(ring_same)}")
+print(f"naive: fresh memory at all 100 steps: {all(naive_new)}")
+
+# %% [markdown]
+# ## 6. Attention over the ring equals the oracle
+#
+# The final check: decode a random sequence token by token through the ring, attend each new query
+# over what `update` returned (slot order and all), and compare with row `t` of
+# `sliding_window_attention`, the full-sequence oracle that never uses a cache. Along the way the
+# ring's chronological contents must equal the naive cache's exactly.
+
+# %%
+W, T = 5, 24
+Q, K, V = (torch.randn(1, 2, T, 8, device=dev) for _ in range(3))
+oracle = sliding_window_attention(Q, K, V, W)              # (1, 2, T, 8)
+
+ring, naive = RingBufferKVCache(W), SlidingWindowKVCache(W)
+worst, same_contents = 0.0, True
+for t in range(T):
+    k, v = ring.update(K[:, :, t : t + 1], V[:, :, t : t + 1])
+    out = attention(Q[:, :, t : t + 1], k, v)              # no mask: one query, every key in its window
+    worst = max(worst, (out - oracle[:, :, t : t + 1]).abs().max().item())
+    naive.update(K[:, :, t : t + 1], V[:, :, t : t + 1])
+    same_contents &= torch.equal(ring.ordered()[0], naive.k) and torch.equal(ring.ordered()[1], naive.v)
+print(f"{T} steps: ring attention matches the oracle to 1e-5: {worst < 1e-5}")
+print("ring contents (time order) == naive cache, bit for bit:", same_contents)
+
+# %% [markdown]
+# ## What to remember
+#
+# * Naive cat + slice: O(W) copy and a fresh allocation per token. Ring: two one-token writes, O(1).
+# * Token `p` lives in slot `p % W`; the returned keys are in slot order, with `positions` alongside.
+# * Order does not matter for one query, because keys carry their positions (RoPE before caching).
+#   A chunk of queries needs `window_mask(q_positions, cache.positions, W)`.
+# * `seen` ≠ `len`: positions come from `seen`.
+# * The buffer's address and `nbytes` never change once it is full; the output matches the oracle.
+#
+# **Your turn:** [exercises/03_ring_buffer.ipynb](../exercises/03_ring_buffer.ipynb) has you write
+# the ring yourself; [exercises/05_sink_cache.ipynb](../exercises/05_sink_cache.ipynb) extends it
+# with attention sinks, a few slots pinned in front that never get overwritten.

@@ -1,0 +1,317 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+# ---
+
+# %% [markdown]
+# # Lesson 7 — Interview drill
+#
+# Fourteen questions of the kind asked in ML-systems and LLM-serving interviews: complexity, memory
+# arithmetic, trade-offs between eviction policies and memory layouts, RoPE, chunked prefill, and
+# the window convention's off-by-one. Say your answer out loud (or write it down) before opening
+# the folded one. The answers are short on purpose: an interviewer wants the key idea and a number.
+#
+# Two small calculators come first, so you can change the numbers and redo the arithmetic in any
+# question. They check themselves against the library.
+#
+# The window convention, used throughout (from `swkv_teach.masks`): query `i` attends key `j`
+# exactly when `i - W < j <= i`.
+
+# %%
+import torch
+
+import swkv_teach
+from swkv_teach import RingBufferKVCache
+
+torch.manual_seed(0)
+dev = swkv_teach.device()
+
+
+def kv_cache_bytes(layers, kv_heads, head_dim, tokens, bytes_per_value=2, batch=1):
+    # 2: every token stores one key and one value, in every layer, for every KV head
+    return 2 * layers * kv_heads * head_dim * tokens * bytes_per_value * batch
+
+
+def human(n_bytes):
+    for unit, size in [("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)]:
+        if n_bytes >= size:
+            return f"{n_bytes / size:g} {unit}"
+    return f"{n_bytes} B"
+
+
+# the formula against a real cache: 1 layer, batch 2, 4 KV heads, head_dim 8, window 16, fp16
+ring = RingBufferKVCache(16)
+k = torch.zeros(2, 4, 1, 8, dtype=torch.float16, device=dev)
+ring.update(k, k)
+print("formula matches the library's nbytes:", kv_cache_bytes(1, 4, 8, 16, 2, batch=2) == ring.nbytes)
+
+# %%
+# change these and rerun
+layers, kv_heads, head_dim, fp16 = 32, 8, 128, 2          # Mistral 7B
+W, batch = 4096, 32
+
+print("per token:                 ", human(kv_cache_bytes(layers, kv_heads, head_dim, 1, fp16)))
+print("one sequence, window 4096: ", human(kv_cache_bytes(layers, kv_heads, head_dim, W, fp16)))
+print(f"batch of {batch}, window 4096:  ", human(kv_cache_bytes(layers, kv_heads, head_dim, W, fp16, batch)))
+print("one sequence, 32k, no window:", human(kv_cache_bytes(layers, kv_heads, head_dim, 32768, fp16)))
+print("same model with MHA (32 KV heads), window 4096:", human(kv_cache_bytes(layers, 32, head_dim, W, fp16)))
+
+
+# %%
+def attention_flops(T, d, W=None):
+    # scores q·k and the weighted sum of values: 2 multiply-adds per key per dimension, per query
+    keys_seen = sum(min(i + 1, W or T) for i in range(T))
+    return 4 * d * keys_seen
+
+
+T, d = 32768, 128
+full, windowed = attention_flops(T, d), attention_flops(T, d, W=4096)
+print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {windowed / 1e9:.1f} GFLOPs,"
+      f" ratio {full / windowed:.2f}")
+
+# %% [markdown]
+# ## Complexity
+
+# %% [markdown]
+# ### Q1. What does a KV cache save at each decode step, and what does it cost? Give the per-step
+# compute with and without it for a model of width `d` at step `t`.
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# Without a cache every step recomputes the key and value projections of all `t` earlier tokens:
+# `O(t·d²)` per layer per step, `O(N²·d²)` for `N` tokens. With a cache only the new token is
+# projected, `O(d²)`, and attention reads the `t` cached keys, `O(t·d)`. The price is memory:
+# `2 × layers × kv_heads × head_dim × bytes` per token, kept for as long as the token may be
+# attended to (lesson 0 counts both).
+#
+# </details>
+
+# %% [markdown]
+# ### Q2. Per decode step, what does the naive cat-and-slice sliding-window cache cost, and what does a
+# ring buffer cost? Does the ring make the decode step O(1)?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# Naive: `torch.cat` allocates `W + 1` tokens and copies them, for keys and for values, every
+# step: O(W) memory traffic and one allocation per token and layer (the slice after it is a free
+# view). Ring: write one token into slot `p % W`: O(1), no allocation. The *step* is still O(W),
+# though, because attention must read all `W` cached keys. The ring removes the extra
+# copy (roughly a write of the whole window on top of that read) and the allocator churn,
+# not the attention read itself.
+#
+# </details>
+
+# %% [markdown]
+# ### Q3. What is the cost of attention over a whole sequence of `T` tokens with and without a window
+# `W`, for prefill and for generating `N` tokens?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# Full causal prefill: `O(T²·d)` (about `T²/2` query–key pairs). With a window: `O(T·W·d)`, since
+# each query sees at most `W` keys. Generating `N` tokens: `O(N·T·d)` with a full cache, growing
+# with context, versus `O(N·W·d)` with a window, a constant per token. The calculator above shows
+# the ratio at `T = 32768`, `W = 4096`: close to 4x, not 8x, because the first `W` queries cost
+# the same either way and causal attention already halves the full `T²`.
+#
+# </details>
+
+# %% [markdown]
+# ## Memory arithmetic
+
+# %% [markdown]
+# ### Q4. Mistral 7B has 32 layers, 8 KV heads, head_dim 128, and runs in fp16 with window 4096. How
+# big is the KV cache per token, per sequence, and for a batch of 32 sequences?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# Per token: `2 × 32 × 8 × 128 × 2 B = 131 072 B = 128 KiB`. Per sequence, full window:
+# `4096 × 128 KiB = 512 MiB`. Batch of 32: `16 GiB`, more than the fp16 weights (about 14.5 GB).
+# Without the window, a 32k-token sequence would need 4 GiB, and 32 of them 128 GiB.
+# (The calculator cell above reproduces every number.)
+#
+# </details>
+
+# %% [markdown]
+# ### Q5. Grouped-query attention: how does the number of KV heads change the cache, and what is the
+# saving for Mistral 7B (32 query heads, 8 KV heads) versus multi-head attention?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# The cache stores keys and values per **KV head**, so its size is proportional to the number of
+# KV heads, not query heads. Under MHA each of the 32 query heads has its own K and V; under GQA
+# groups of 4 query heads share one, so the cache is 4× smaller (512 MiB instead of 2 GiB per
+# sequence at `W = 4096`). MQA (one KV head) is the extreme: 32× smaller, with some quality cost.
+# GQA and a window multiply: both shrink the same product.
+#
+# </details>
+
+# %% [markdown]
+# ### Q6. Your serving GPU has 80 GB. Weights take 15 GB and activations and overhead another 10 GB.
+# Roughly how many concurrent Mistral 7B sequences fit with window 4096, and what would you change
+# to fit more?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# About 55 GB is left for the cache. At 512 MiB (0.5 GiB, ≈ 0.54 GB) per full-window sequence,
+# that is about 100 sequences. To fit more: quantize the cache (fp8 or int8 halves it: ~200),
+# use a paged layout so short sequences do not reserve a whole window (most requests are shorter
+# than 4096 tokens), or share prompt prefixes between requests. A smaller window would also do
+# it, but the model was trained with 4096, so that changes its outputs.
+#
+# </details>
+
+# %% [markdown]
+# ## Policies and layouts
+
+# %% [markdown]
+# ### Q7. Compare three eviction policies: sliding window, sliding window with attention sinks, and
+# LRU / heavy-hitter (H2O-like) eviction. When is each exact, and what does each cost?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# * **Sliding window**: evict by *age*, the oldest first. Exact for a model trained with that
+#   window (it never looks further back anyway). O(1) bookkeeping.
+# * **Sinks + window** (StreamingLLM): also keep the first `S` tokens (4 in the paper) forever.
+#   Models park attention mass on the first tokens; dropping them wrecks a model that was trained
+#   with *full* attention once the window slides past. Sinks let such a model stream
+#   indefinitely, which is still an approximation of full attention; with `S = 0` it is the plain
+#   window. Cost: `S` extra slots.
+# * **LRU / H2O**: evict by *use* or by accumulated attention score. Every decode step reads every
+#   cached key, so plain "least recently used" degenerates to FIFO unless "use" means something
+#   like "received a large attention weight" (H2O keeps these heavy hitters). Content-dependent
+#   eviction can keep important old tokens, but it is never exact, needs the attention weights
+#   (which fused kernels such as flash attention do not return), and its bookkeeping costs more.
+#   LRU is not what sliding-window attention needs: SWA's rule depends only on positions.
+#
+# </details>
+
+# %% [markdown]
+# ### Q8. Compare three memory layouts for a sliding-window cache: contiguous with cat + slice, a ring
+# buffer, and paged blocks as in vLLM's PagedAttention.
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# * **Contiguous cat + slice**: simplest, chronological order for free, but an O(W) copy and an
+#   allocation per step and layer, and a batch needs padding to a common length.
+# * **Ring buffer**: preallocated `W` slots per sequence, O(1) writes, constant memory. Keys come
+#   back in slot order, so positions must be carried (RoPE applied before caching, a mask from
+#   positions for chunks). It reserves the whole window even for a 10-token request.
+# * **Paged blocks**: a pool of fixed-size blocks (e.g. 16 tokens) and a block table per sequence.
+#   No fragmentation, memory grows with the real length, prefixes can be shared between requests.
+#   With a window, blocks that have slid entirely out of every query's window go back to the pool.
+#   Cost: an indirection (gather by block table) inside the attention kernel, and an allocator to
+#   maintain.
+#
+# </details>
+
+# %% [markdown]
+# ### Q9. A ring buffer returns keys in slot order, e.g. positions `[8, 9, 6, 7]`. Why is that fine for
+# decoding one token, and when is it not?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# One query's attention is a weighted sum over keys; a sum does not depend on order, provided each
+# key carries its own position (RoPE applied before caching) and keys and values are permuted
+# together. Every key the ring holds is inside the current query's window, so no mask is needed.
+# It stops being fine (a) for a **chunk** of queries (prefill, speculative decoding), where each query
+# has a different window, so the mask must come from positions,
+# `window_mask(q_positions, cache.positions, W)`; (b) when something assumes time order, such as
+# re-rotating keys, display, or comparing with a contiguous cache bit for bit. Floating-point sums in
+# a different order also differ in the last bits.
+#
+# </details>
+
+# %% [markdown]
+# ## RoPE, prefill, conventions
+
+# %% [markdown]
+# ### Q10. Do you cache keys before or after applying rotary position embeddings (RoPE)? What are the
+# consequences for a sliding window and for attention sinks?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# Usually **after**: each key is rotated once by its absolute position (taken from the count of
+# tokens *seen*, not the number *stored*) and cached as is. Relative distances stay correct, the
+# slot order does not matter, and nothing is recomputed. Caching **before** RoPE means re-rotating
+# every cached key at every step (O(W) extra work), but it lets you assign *new* positions.
+# StreamingLLM does that with sinks: it uses positions within the cache, so the model never sees a
+# distance longer than it was trained on. That changes the model's outputs, deliberately. Classic
+# bug: rotating with `len(cache)` instead of `seen`, which freezes positions once the cache is full.
+#
+# </details>
+
+# %% [markdown]
+# ### Q11. A 10 000-token prompt arrives for a model with `W = 4096`. How do you prefill it in chunks with a
+# bounded cache, and what must the cache hand to each chunk?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# Process chunks of `c` tokens (the Mistral 7B paper suggests `c = W`). The first query of a chunk
+# starting at position `n` may see keys `n - W + 1 … n`, so the cache must return the last
+# `W - 1` stored keys followed by the chunk's `c` keys (`W - 1 + c` in all), and the attention mask
+# is `window_mask(q_positions = n … n + c - 1, cache.positions, W)`: causal inside the chunk,
+# windowed against the past. Afterwards only the last `W` keys are kept. Peak memory is then
+# `O(W + c)` keys instead of `O(10 000)`, and the result equals prefilling the whole prompt at once.
+#
+# </details>
+
+# %% [markdown]
+# ### Q12. With window `W`, which keys does query `i` attend to? How many? What does flash attention's
+# `window_size` argument need to be, and what went wrong in Hugging Face's Mistral?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# Keys `j` with `i - W < j <= i`: exactly `W` keys, the query's own included (for `W = 3`, query 5
+# sees 3, 4, 5). flash-attention's `window_size=(left, right)` counts keys *besides* the query on
+# each side, so the same rule is `window_size=(W - 1, 0)`. In 2025 Hugging Face's flash-attention
+# path passed `(W, W)` (transformers issue #39408): with causal masking each query saw `W + 1`
+# keys, one more than its eager/SDPA path, so the same model gave different results depending on
+# the attention backend. It was fixed by transformers 4.57, the oldest version this course compares
+# against. The
+# lesson for interviews: write the convention down once, and test the boundary at `W - 1`, `W`,
+# `W + 1`.
+#
+# </details>
+
+# %% [markdown]
+# ### Q13. After `L` layers of sliding-window attention with window `W`, how far back can information
+# reach? Does dropping keys older than `W` lose anything?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# Each layer moves information at most `W - 1` positions, so after `L` layers a token can be
+# influenced by about `L × (W - 1)` earlier tokens: about 131k for Mistral 7B (32 × 4096). Dropping
+# keys older than `W` from each layer's cache loses nothing *for a model trained with the window*:
+# the older information is already folded into the hidden states of the tokens still in the
+# window. It is an approximation only for a model trained with full attention.
+#
+# </details>
+
+# %% [markdown]
+# ### Q14. Your ring-buffer cache and the naive cache give attention outputs differing by `3e-8`. Bug or not?
+# How do you test a cache properly?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# Not a bug: the ring returns keys in slot order, and a floating-point sum in a different order
+# rounds differently. Test with tolerances against an **oracle** that never uses a cache
+# (full-sequence attention with the window mask), and compare cache *contents* exactly after
+# sorting by position (`ring.ordered()` vs the naive cache: `torch.equal`). Cover the boundary
+# steps `W - 1`, `W`, `W + 1`, several wrap-arounds, chunk sizes that do and do not divide `W`, and
+# the GPU as well as the CPU.
+#
+# </details>
+
+# %% [markdown]
+# ## Where each topic is taught
+#
+# * Q1, Q4: [lesson 0](00_why_cache.ipynb). Q2, Q9, Q14: [lesson 3](03_ring_buffer.ipynb).
+# * Q12: the convention's docstring in `swkv_teach/masks.py`.
+# * Building the naive cache yourself: [lesson 1](01_six_steps.ipynb) and
+#   [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb).
