@@ -1,8 +1,13 @@
-"""Helpers for the browser test: a throw-away JupyterLab server, and when to skip.
+"""Helpers for the browser tests: throw-away JupyterLab and classic Notebook servers, and when to skip.
 
-The server runs from a temporary folder with its own config, runtime, data,
-workspace, settings and IPython dirs, so a learner's own JupyterLab set-up
+Each server runs from a temporary folder with its own config, runtime, data,
+workspace, settings and IPython dirs, so a learner's own Jupyter set-up
 neither affects the test nor is touched by it.
+
+The classic frontend runs from a second venv, ``.venv-classic/``, holding
+Colab's widget pins (tests/colab_preinstalled.txt) and reaching the course's
+own venv (torch, matplotlib, swkv_teach) through a ``.pth`` file placed
+after its own packages, so its kernel imports ipywidgets 7.7.1, not 8.
 """
 
 from __future__ import annotations
@@ -77,6 +82,71 @@ def jupyter_lab(root: Path, tmp: Path, timeout: float = 90):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"JupyterLab did not answer within {timeout} s")
             time.sleep(0.5)
+        yield base, token
+    finally:
+        _stop(proc, base, token)
+        log.close()
+
+
+def _wait_until_up(proc, url: str, log_path: Path, what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}; log:\n{log_path.read_text()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not answer within {timeout} s; log:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.5)
+
+
+# Colab's pins (googlecolab/backend-info pip-freeze.txt, see tests/colab_preinstalled.txt)
+CLASSIC_PINS = ["notebook==6.5.7", "ipywidgets==7.7.1", "widgetsnbextension==3.6.10", "ipykernel==6.17.1",
+                "traitlets==5.7.1", "ipython==7.34.0"]
+
+
+def classic_python(root: Path) -> Path:
+    """``root/.venv-classic``'s python, creating the venv (about 30 s, from PyPI) when missing or stale."""
+    venv = root / ".venv-classic"
+    python, marker = venv / "bin" / "python", venv / ".swkv-pins"
+    if not (python.exists() and marker.exists() and marker.read_text() == " ".join(CLASSIC_PINS)):
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, capture_output=True)
+        pip = subprocess.run([str(python), "-m", "pip", "install", "-q", *CLASSIC_PINS], capture_output=True, text=True)
+        if pip.returncode:
+            raise RuntimeError(f"pip could not install {CLASSIC_PINS} into {venv}:\n{pip.stderr[-2000:]}")
+        marker.write_text(" ".join(CLASSIC_PINS))
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    ours = next(p for p in sys.path if p.endswith("site-packages"))
+    # 'zz': .pth files are read in name order, so this path comes after the classic venv's own packages
+    (Path(site) / "zz_swkv_course_venv.pth").write_text(ours + "\n" + str(root) + "\n")
+    return python
+
+
+@contextmanager
+def classic_notebook(root: Path, tmp: Path, python: Path, timeout: float = 90):
+    """Start the classic Notebook (6.5) from ``python``'s venv serving ``root``; yield base URL and token."""
+    port, token = free_port(), secrets.token_hex(16)
+    dirs = {name: tmp / f"classic-{name}" for name in ("config", "runtime", "data", "ipython")}
+    for d in dirs.values():
+        d.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(dirs["config"]), JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
+               JUPYTER_DATA_DIR=str(dirs["data"]), IPYTHONDIR=str(dirs["ipython"]), MPLBACKEND="agg",
+               PYDEVD_DISABLE_FILE_VALIDATION="1")
+    cmd = [str(python), "-m", "notebook", "--no-browser", f"--port={port}", "--NotebookApp.ip=127.0.0.1",
+           f"--NotebookApp.token={token}", f"--NotebookApp.notebook_dir={root}", "--NotebookApp.port_retries=0"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    log_path = tmp / "classic-notebook.log"
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_up(proc, f"{base}/api/status?token={token}", log_path, "the classic Notebook", timeout)
         yield base, token
     finally:
         _stop(proc, base, token)
