@@ -35,6 +35,17 @@ class KVCache(ABC):
     Subclasses implement :meth:`update`, :meth:`reset` and the properties below.
     """
 
+    # A cache that evicts by attention (H2O, TOVA) sets this True; the decoder then
+    # computes those layers' attention with an explicit softmax and hands the
+    # probabilities to :meth:`observe`. Everything else keeps the fused SDPA path.
+    wants_attention = False
+
+    def observe(self, weights: torch.Tensor) -> None:
+        """Attention ``(batch, q_heads, queries, keys)`` of the last update's queries over the keys it returned.
+
+        Called only on caches whose ``wants_attention`` is True; the default ignores it.
+        """
+
     @abstractmethod
     def update(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add ``tokens`` new keys/values ``(batch, heads, tokens, head_dim)``.
