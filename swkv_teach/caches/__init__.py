@@ -8,23 +8,33 @@ name           class                       policy
 ``"sinks"``    :class:`SinkKVCache`           first ``num_sinks`` forever + last ``window_size``
 ``"lru"``      :class:`LRUKVCache`            least recently *used* evicted (not the window's rule)
 =============  ==========================  =====================================================
+
+Evicting by attention (built directly, not by name: they need ``observe``):
+:class:`H2OKVCache` (recent window + heavy hitters) and :class:`TOVAKVCache`
+(drop what the newest query attends to least), both on :class:`ScoredKVCache`.
 """
 
 from swkv_teach.caches.base import KVCache
+from swkv_teach.caches.h2o import H2OKVCache
 from swkv_teach.caches.lru import LRUKVCache
 from swkv_teach.caches.ring import RingBufferKVCache
+from swkv_teach.caches.scored import ScoredKVCache
 from swkv_teach.caches.sinks import SinkKVCache
 from swkv_teach.caches.sliding import SlidingWindowKVCache
+from swkv_teach.caches.tova import TOVAKVCache
 
 CACHE_KINDS = ("naive", "sliding", "ring", "sinks", "lru")
 
 __all__ = [
     "CACHE_KINDS",
+    "H2OKVCache",
     "KVCache",
     "LRUKVCache",
     "RingBufferKVCache",
+    "ScoredKVCache",
     "SinkKVCache",
     "SlidingWindowKVCache",
+    "TOVAKVCache",
     "make_cache",
 ]
 
