@@ -7,11 +7,13 @@ with window ``W`` the query at position ``i`` attends to keys ``i - W < j <= i``
 from swkv_teach.attention import attention, attention_with_cache, cached_attention, sliding_window_attention
 from swkv_teach.caches import (
     CACHE_KINDS,
+    H2OKVCache,
     KVCache,
     LRUKVCache,
     RingBufferKVCache,
     SinkKVCache,
     SlidingWindowKVCache,
+    TOVAKVCache,
     make_cache,
 )
 from swkv_teach.device import available_devices, device
@@ -26,11 +28,13 @@ __all__ = [
     "CharTokenizer",
     "Decoder",
     "DecoderConfig",
+    "H2OKVCache",
     "KVCache",
     "LRUKVCache",
     "RingBufferKVCache",
     "SinkKVCache",
     "SlidingWindowKVCache",
+    "TOVAKVCache",
     "attention",
     "attention_with_cache",
     "available_devices",
