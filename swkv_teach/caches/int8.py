@@ -1,0 +1,129 @@
+"""An 8-bit sliding-window cache: keys and values stored as int8, one scale per token and head.
+
+Quantisation (symmetric, absmax, per token and head)::
+
+    scale = max_d |x[..., d]| / 127                    one float32 per (batch, head, token)
+    q     = round(x / scale)                           int8 in [-127, 127]
+    x_hat = q * scale                                  |x_hat - x| <= scale / 2 = absmax / 254
+
+127, not 128: ``absmax / 128`` would map the largest element to ±128, and +128
+does not fit in int8 (it wraps to -128). Rounding to nearest is what buys the
+half-step bound; truncation toward zero (``.to(torch.int8)`` alone) errs by up
+to a whole step. A scale per token and head, rather than one per tensor, keeps
+one loud token or head from flattening every other to a few levels.
+
+Memory per stored token and head: ``head_dim`` bytes plus a 4-byte scale, for
+keys and for values, against ``4 * head_dim`` in float32 or ``2 * head_dim``
+in float16. With ``head_dim = 128`` that is 132 / 512 bytes: 26 % of float32,
+52 % of float16.
+
+Hugging Face's ``QuantizedCache`` quantises too, but differently: group-wise
+along the channels (quanto or HQQ backends, 2 or 4 bits by default) and it
+keeps the most recent ``residual_length`` tokens in full precision; see
+lesson 8 for the details and the references.
+
+The cache stores its int8 data and its scales in two
+:class:`~swkv_teach.caches.RingBufferKVCache` (slot ``p % W``, the same
+positions), and dequantises what ``update`` returns to the input dtype: a
+fused kernel would dequantise inside attention instead.
+
+Window convention: :mod:`swkv_teach.masks`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from swkv_teach._validate import check_kv, check_positive_int
+from swkv_teach.caches.base import KVCache
+from swkv_teach.caches.ring import RingBufferKVCache
+
+QMAX = 127  # symmetric int8 range [-127, 127]: -128 is left unused so +absmax and -absmax round alike
+
+
+def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantise ``x`` ``(..., head_dim)`` with one absmax scale per row (per token and head for KV).
+
+    Returns ``q`` int8 shaped like ``x`` and ``scale`` float32 ``(..., 1)``, with
+    ``q * scale`` within ``scale / 2 = absmax / 254`` of ``x`` (before the
+    output dtype's own rounding). An all-zero row gets scale 0 and q 0.
+    """
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor to quantise; got dtype {x.dtype}")
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    scale = (x.to(torch.float32).abs().amax(dim=-1, keepdim=True) / QMAX)  # (..., 1) float32: what is stored
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale)).to(work)  # a zero row divides by 1, stays 0
+    q = torch.round(x.to(work) / safe).clamp_(-QMAX, QMAX).to(torch.int8)
+    return q, scale
+
+
+def dequantize_int8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``q * scale`` in ``dtype``: ``q`` int8 ``(..., head_dim)``, ``scale`` ``(..., 1)``."""
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    return (q.to(work) * scale.to(work)).to(dtype)
+
+
+class Int8RingBufferKVCache(KVCache):
+    """Sliding-window cache of ``window_size`` tokens stored as int8 plus one float32 scale per token and head.
+
+    Same interface and same returned positions as
+    :class:`~swkv_teach.caches.RingBufferKVCache` (slot order for one token,
+    the last ``W - 1`` stored then the chunk for chunks); the keys and values
+    come back dequantised to the dtype of the first update, each element
+    within ``absmax / 254`` of the original (plus that dtype's rounding),
+    where ``absmax`` is the largest magnitude of that token and head.
+    """
+
+    def __init__(self, window_size: int):
+        self.window_size = check_positive_int("window_size", window_size)
+        self._data = RingBufferKVCache(window_size)  # int8 keys and values (B, H, W, D)
+        self._scales = RingBufferKVCache(window_size)  # float32 scales (B, H, W, 1)
+        self.reset()
+
+    def update(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Quantise and store ``(batch, heads, tokens, head_dim)`` keys/values; return ``(k, v)`` dequantised."""
+        check_kv(k_new, v_new, self._like)
+        if not k_new.is_floating_point():
+            raise TypeError(f"k_new must be floating point to quantise to int8; got dtype {k_new.dtype}")
+        qk, sk = quantize_int8(k_new.detach())
+        qv, sv = quantize_int8(v_new.detach())
+        if self._like is None:
+            B, H, _, D = k_new.shape
+            self._like = torch.empty(B, H, 1, D, dtype=k_new.dtype, device=k_new.device)  # layout, for check_kv
+        rk, rv = self._data.update(qk, qv)
+        rsk, rsv = self._scales.update(sk, sv)
+        dtype = self._like.dtype
+        return dequantize_int8(rk, rsk, dtype), dequantize_int8(rv, rsv, dtype)
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """Absolute position of each key the last ``update`` returned, in the order returned."""
+        return self._data.positions
+
+    @property
+    def seen(self) -> int:
+        return self._data.seen
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the int8 keys and values plus their float32 scales."""
+        return self._data.nbytes + self._scales.nbytes
+
+    def stored_positions(self) -> torch.Tensor:
+        """Absolute positions of the stored tokens, chronologically (matching :meth:`ordered`)."""
+        return self._data.stored_positions()
+
+    def ordered(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A chronological, dequantised copy of the stored keys and values."""
+        if self._like is None:
+            raise RuntimeError("the cache is empty: call update() before ordered()")
+        (qk, qv), (sk, sv) = self._data.ordered(), self._scales.ordered()
+        return dequantize_int8(qk, sk, self._like.dtype), dequantize_int8(qv, sv, self._like.dtype)
+
+    def reset(self) -> None:
+        self._data.reset()
+        self._scales.reset()
+        self._like = None
+
+    def __len__(self) -> int:
+        return len(self._data)

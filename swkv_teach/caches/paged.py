@@ -1,0 +1,311 @@
+"""A paged sliding-window cache: fixed-size blocks from a shared pool, one block table per sequence.
+
+Serving engines hold the keys and values of many sequences at once. vLLM's
+PagedAttention (Kwon et al., SOSP 2023, section 4) cuts each sequence's cache
+into blocks of ``block_size`` tokens taken from one pool, so no sequence
+reserves memory for tokens it has not produced yet, and a *block table* maps a
+sequence's logical blocks to the pool's physical ones. A sliding window adds
+one rule: a block goes back to the pool as soon as none of its tokens is among
+the last ``W``, so a sequence's memory stays flat while the pool serves others.
+
+Token ``p`` of a sequence lives in logical block ``p // block_size`` at offset
+``p % block_size``; the block table lists the pool blocks of the logical blocks
+still held, oldest first. Worked example, ``W = 3``, ``block_size = 2``, one
+token per step, a fresh pool handing out blocks 0, 1, 2, ...::
+
+    seen  stored (last W)   logical blocks held   block table   returned to the pool
+      1   [0]               0                     [0]
+      2   [0, 1]            0                     [0]
+      3   [0, 1, 2]         0, 1                  [0, 1]
+      4   [1, 2, 3]         0, 1                  [0, 1]        (token 1 still in block 0)
+      5   [2, 3, 4]         1, 2                  [1, 2]        block 0: tokens 0 and 1 left the window
+      7   [4, 5, 6]         2, 3                  [2, 3]        block 1
+
+Between updates a sequence holds at most ``ceil((W - 1) / block_size) + 1``
+blocks (``W`` consecutive tokens straddle that many); its first block may
+still hold tokens that left the window and its last may be partly unwritten.
+Without a window only the last one wastes room: the paper's "memory waste
+within one block" per sequence (section 4.3).
+
+vLLM does the same for sliding-window layers: ``SlidingWindowManager.remove_skipped_blocks``
+(``vllm/v1/core/single_type_kv_cache_manager.py``) frees, before each step, the blocks
+wholly before ``num_computed_tokens - sliding_window + 1`` (the next query's
+``W - 1`` predecessors) and puts a null block in their place in the table. We
+free one token later, keeping the last ``W`` as the ring does, so that
+:meth:`PagedKVCache.ordered` matches the ring's. vLLM's free blocks queue up
+first-in, first-out (``FreeKVCacheBlockQueue``, ``vllm/v1/core/kv_cache_utils.py``);
+so do ours.
+
+Layout: the pool stores keys and values as ``(num_blocks, block_size, heads,
+head_dim)`` each, so a block is one contiguous slab and the flat view
+``(num_blocks * block_size, heads, head_dim)`` is addressed by
+``block * block_size + offset``. ``update`` gathers what the new queries attend
+over into a fresh ``(1, heads, n, head_dim)`` tensor (a paged-attention kernel
+would read the blocks in place instead; here the gather keeps the decoder
+unchanged).
+
+Window convention: :mod:`swkv_teach.masks`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+
+from swkv_teach._validate import check_kv, check_positive_int
+from swkv_teach.caches.base import KVCache
+
+
+class PoolExhausted(RuntimeError):
+    """The pool has fewer free blocks than an update needs; nothing was changed."""
+
+
+class BlockPool:
+    """``num_blocks`` blocks of ``block_size`` tokens' keys and values, shared by many :class:`PagedKVCache`.
+
+    The storage, keys and values each ``(num_blocks, block_size, heads, head_dim)``,
+    is allocated on the first write with that write's heads, head_dim, dtype
+    and device; while every block is free, a write of another layout
+    re-allocates it. Free blocks are handed out first-in, first-out: a block
+    just returned is reused last.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int):
+        self.num_blocks = check_positive_int("num_blocks", num_blocks)
+        self.block_size = check_positive_int("block_size", block_size)
+        self._free: deque[int] = deque(range(num_blocks))
+        self._owner: dict[int, int] = {}  # block -> id of the sequence holding it
+        self._sequences = 0
+        self.k: torch.Tensor | None = None  # (num_blocks, block_size, heads, head_dim)
+        self.v: torch.Tensor | None = None
+
+    # ---------------------------------------------------------- bookkeeping
+    @property
+    def free_blocks(self) -> int:
+        """Blocks no sequence holds."""
+        return len(self._free)
+
+    @property
+    def used_blocks(self) -> int:
+        """Blocks held by some sequence."""
+        return self.num_blocks - len(self._free)
+
+    def new_sequence_id(self) -> int:
+        """A fresh id for a sequence on this pool (how errors and :meth:`holdings` name it)."""
+        self._sequences += 1
+        return self._sequences - 1
+
+    def take(self, owner: int = -1) -> int:
+        """Hand out one free block (the one free the longest) to ``owner``; raise :class:`PoolExhausted` if none."""
+        if not self._free:
+            raise PoolExhausted(f"{self!r} has no free block; {self.describe_holdings()}")
+        block = self._free.popleft()
+        self._owner[block] = owner
+        return block
+
+    def give(self, block: int) -> None:
+        """Return ``block`` to the pool; it must be held (giving a free block twice would hand it out twice)."""
+        if block not in self._owner:
+            raise ValueError(f"block {block!r} is not held by any sequence (free blocks: {sorted(self._free)})")
+        del self._owner[block]
+        self._free.append(block)
+
+    def holdings(self) -> dict[int, list[int]]:
+        """``{sequence id: [blocks it holds]}``, for messages and figures."""
+        out: dict[int, list[int]] = {}
+        for block, owner in self._owner.items():
+            out.setdefault(owner, []).append(block)
+        return {s: sorted(b) for s, b in sorted(out.items())}
+
+    def describe_holdings(self) -> str:
+        held = self.holdings()
+        if not held:
+            return "no sequence holds a block"
+        return ", ".join(f"sequence {s} holds {len(b)} block{'s' * (len(b) != 1)} {b}" for s, b in held.items())
+
+    # -------------------------------------------------------------- storage
+    def check_layout(self, k_new: torch.Tensor) -> None:
+        """Raise if ``k_new`` ``(1, heads, tokens, head_dim)`` cannot be written into the allocated blocks."""
+        if self.k is None or self.used_blocks == 0:
+            return  # storage is (re)allocated for this write
+        _, H, _, D = k_new.shape
+        if (H, D) != tuple(self.k.shape[2:]) or k_new.dtype != self.k.dtype or k_new.device != self.k.device:
+            raise ValueError(
+                f"k_new has heads={H}, head_dim={D}, dtype {k_new.dtype} on {k_new.device}, but this pool's "
+                f"blocks hold heads={self.k.shape[2]}, head_dim={self.k.shape[3]}, dtype {self.k.dtype} on "
+                f"{self.k.device}; every sequence on one pool must share the layout"
+            )
+
+    def allocate_like(self, k_new: torch.Tensor) -> None:
+        """Allocate the storage for writes shaped like ``k_new``, unless it already fits."""
+        _, H, _, D = k_new.shape
+        if (
+            self.k is not None
+            and tuple(self.k.shape[2:]) == (H, D)
+            and self.k.dtype == k_new.dtype
+            and self.k.device == k_new.device
+        ):
+            return
+        shape = (self.num_blocks, self.block_size, H, D)
+        self.k = torch.zeros(shape, dtype=k_new.dtype, device=k_new.device)
+        self.v = torch.zeros_like(self.k)
+
+    @property
+    def bytes_per_block(self) -> int:
+        """Bytes of one block, keys and values (0 before the first write)."""
+        if self.k is None:
+            return 0
+        return 2 * self.k[0].numel() * self.k.element_size()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole pool's storage, keys and values, used or not."""
+        return self.num_blocks * self.bytes_per_block
+
+    def __repr__(self) -> str:
+        return (f"BlockPool(num_blocks={self.num_blocks}, block_size={self.block_size}, "
+                f"free={self.free_blocks}, used={self.used_blocks})")
+
+
+class PagedKVCache(KVCache):
+    """One sequence's sliding-window cache of ``window_size`` tokens on blocks from ``pool``.
+
+    Updates are ``(1, heads, tokens, head_dim)``: a sequence is one batch row
+    (serve a batch with one cache per sequence on one shared pool). Between
+    updates it stores what :class:`~swkv_teach.caches.RingBufferKVCache`
+    stores, the last ``W`` tokens, and holds only the blocks they occupy.
+    ``update`` returns the stored keys the chunk's first query may still see
+    (the last ``W - 1``, chronologically) followed by the chunk, as the ring
+    does for chunks; :attr:`positions` lists their positions. ``reset()``
+    returns every block; a cache dropped without ``reset()`` keeps its blocks.
+    """
+
+    def __init__(self, pool: BlockPool, window_size: int):
+        if not isinstance(pool, BlockPool):
+            raise TypeError(f"pool must be a BlockPool; got {type(pool).__name__}")
+        self.pool = pool
+        self.window_size = check_positive_int("window_size", window_size)
+        self.sequence_id = pool.new_sequence_id()
+        self._table: list[int] = []
+        self.reset()
+
+    @staticmethod
+    def max_blocks(window_size: int, block_size: int) -> int:
+        """Most blocks a sequence holds between updates: ``ceil((W - 1) / block_size) + 1``."""
+        W, bs = check_positive_int("window_size", window_size), check_positive_int("block_size", block_size)
+        return -(-(W - 1) // bs) + 1
+
+    # ------------------------------------------------------------- addresses
+    def _slots(self, positions: torch.Tensor, table: list[int], first: int) -> torch.Tensor:
+        """Flat pool slot ``block * block_size + offset`` of each position, given a block table starting at logical block ``first``."""
+        bs = self.pool.block_size
+        blocks = torch.tensor(table, dtype=torch.long)[positions // bs - first]
+        return (blocks * bs + positions % bs).to(self.pool.k.device)
+
+    def _gather(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values at ``positions`` as ``(1, heads, n, head_dim)`` copies."""
+        slots = self._slots(positions, self._table, self._first)
+        k = self.pool.k.flatten(0, 1).index_select(0, slots)  # (n, heads, head_dim)
+        v = self.pool.v.flatten(0, 1).index_select(0, slots)
+        return k.permute(1, 0, 2).unsqueeze(0), v.permute(1, 0, 2).unsqueeze(0)
+
+    # ---------------------------------------------------------------- update
+    def update(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``(1, heads, tokens, head_dim)`` keys/values; return ``(k, v)`` to attend over, chronologically."""
+        check_kv(k_new, v_new)
+        if k_new.shape[0] != 1:
+            raise ValueError(
+                f"k_new has batch={k_new.shape[0]} (shape {tuple(k_new.shape)}); a PagedKVCache holds one sequence, "
+                "batch 1: give each sequence its own PagedKVCache on a shared BlockPool"
+            )
+        if self._seen and (k_new.shape[1], k_new.shape[3], k_new.dtype, k_new.device) != self._layout:
+            H, D, dtype, dev = self._layout
+            raise ValueError(
+                f"k_new has heads={k_new.shape[1]}, head_dim={k_new.shape[3]}, dtype {k_new.dtype} on {k_new.device} "
+                f"but the cache holds heads={H}, head_dim={D}, dtype {dtype} on {dev}; call reset() to start a new sequence"
+            )
+        self.pool.check_layout(k_new)
+        k_new, v_new = k_new.detach(), v_new.detach()  # values, not autograd history (see base.py)
+
+        W, bs, n, c = self.window_size, self.pool.block_size, self._seen, k_new.shape[2]
+        lo = max(0, n + c - W)  # first position stored after this update
+        new_first, new_last = lo // bs, (n + c - 1) // bs
+        old_last = self._first + len(self._table) - 1  # -1 when nothing is held
+        n_free = min(len(self._table), max(0, new_first - self._first))
+        n_take = new_last - max(new_first, old_last + 1) + 1
+        # check before changing anything, counting the blocks this update returns: a pool sized to the
+        # bound serves a sequence whose step returns one block and takes another
+        if n_take > self.pool.free_blocks + n_free:
+            raise PoolExhausted(
+                f"{self.pool!r} cannot serve sequence {self.sequence_id}: tokens {n}..{n + c - 1} need "
+                f"{n_take} new block{'s' * (n_take != 1)}, this update returns {n_free} and {self.pool.free_blocks} "
+                f"of {self.pool.num_blocks} are free ({self.pool.describe_holdings()}). Nothing was changed: "
+                "reset() a finished sequence or build a larger pool."
+            )
+
+        self.pool.allocate_like(k_new)
+        visible = torch.arange(max(0, n - (W - 1)), n)  # stored keys the chunk's first query sees
+        k_old, v_old = self._gather(visible)  # before returning blocks: a new write may reuse them
+        for block in self._table[:n_free]:
+            self.pool.give(block)
+        table = self._table[n_free:] + [self.pool.take(self.sequence_id) for _ in range(max(0, n_take))]
+        self._table, self._first = table, new_first
+
+        keep = torch.arange(max(n, lo), n + c)  # the chunk's tokens that survive it
+        slots = self._slots(keep, table, new_first)
+        src = slice(max(n, lo) - n, c)
+        self.pool.k.flatten(0, 1).index_copy_(0, slots, k_new[0, :, src].permute(1, 0, 2))
+        self.pool.v.flatten(0, 1).index_copy_(0, slots, v_new[0, :, src].permute(1, 0, 2))
+
+        self._seen = n + c
+        self._layout = (k_new.shape[1], k_new.shape[3], k_new.dtype, k_new.device)
+        self._positions = torch.cat([visible, torch.arange(n, n + c)]).to(k_new.device)
+        return torch.cat([k_old, k_new], dim=2), torch.cat([v_old, v_new], dim=2)
+
+    # ------------------------------------------------------------ interface
+    @property
+    def block_table(self) -> list[int]:
+        """Pool blocks held, oldest first (logical block ``first + i`` lives in ``block_table[i]``)."""
+        return list(self._table)
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """Absolute position of each key the last ``update`` returned (chronological)."""
+        return self._positions
+
+    @property
+    def seen(self) -> int:
+        return self._seen
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the blocks this sequence holds, keys and values (its last block may be partly empty)."""
+        return len(self._table) * self.pool.bytes_per_block
+
+    def stored_positions(self) -> torch.Tensor:
+        """Absolute positions of the stored tokens, the last ``W``, chronologically."""
+        return torch.arange(max(0, self._seen - self.window_size), self._seen)
+
+    def ordered(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A chronological copy of the stored keys and values, ``(1, heads, len(self), head_dim)`` each."""
+        if not self._seen:
+            raise RuntimeError("the cache is empty: call update() before ordered()")
+        return self._gather(self.stored_positions())
+
+    def reset(self) -> None:
+        """Return every block to the pool and forget the sequence."""
+        for block in self._table:
+            self.pool.give(block)
+        self._table = []
+        self._first = 0  # logical block of _table[0]
+        self._seen = 0
+        self._layout = None
+        self._positions = torch.zeros(0, dtype=torch.long)
+
+    def __len__(self) -> int:
+        return min(self._seen, self.window_size)
+
+    def __repr__(self) -> str:
+        return (f"PagedKVCache(sequence={self.sequence_id}, stored={len(self)}, seen={self._seen}, "
+                f"block_table={self._table})")
