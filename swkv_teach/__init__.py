@@ -8,8 +8,11 @@ from swkv_teach.attention import attention, attention_with_cache, cached_attenti
 from swkv_teach.caches import (
     CACHE_KINDS,
     H2OKVCache,
+    BlockPool,
+    Int8RingBufferKVCache,
     KVCache,
     LRUKVCache,
+    PagedKVCache,
     RingBufferKVCache,
     SinkKVCache,
     SlidingWindowKVCache,
@@ -24,13 +27,16 @@ from swkv_teach.pretrained import CharTokenizer, load_pretrained
 __version__ = "0.1.0"
 
 __all__ = [
+    "BlockPool",
     "CACHE_KINDS",
     "CharTokenizer",
     "Decoder",
     "DecoderConfig",
     "H2OKVCache",
+    "Int8RingBufferKVCache",
     "KVCache",
     "LRUKVCache",
+    "PagedKVCache",
     "RingBufferKVCache",
     "SinkKVCache",
     "SlidingWindowKVCache",
