@@ -11,10 +11,33 @@ Worked example, ``W = 3``: query 5 sees keys 3, 4 and 5; key 2 is just out
 (``5 - 3 < 2`` is false). Query 1 sees keys 0 and 1 only: there is nothing
 before position 0.
 
-This is what Hugging Face means (``kv_idx > q_idx - W``), what Mistral's
-xformers masks mean, and what flash-attention's ``window_size=(W - 1, 0)``
-means. Hugging Face's Mistral had an off-by-one here before 4.57, so the tests
-check the boundary at ``W - 1``, ``W`` and ``W + 1``.
+Who else counts this way, and who does not
+-------------------------------------------
+"Window ``W``" is ambiguous in the literature: ``W`` keys, or ``W`` keys
+*before* the query plus the query's own (``W + 1``). Ours is the first.
+
+* Hugging Face ``transformers``: ``kv_idx > q_idx - sliding_window``
+  (``masking_utils.sliding_window_overlay``). Its flash-attention path passed
+  ``window_size=(W, W)``, i.e. ``W + 1`` keys, until PR #40163 (fixing issue
+  #39408), first released in v4.56.0; since then every backend sees ``W``.
+* flash-attention: ``window_size=(W - 1, 0)``; its docstring says query ``i``
+  sees keys ``[i - window_size[0], i + window_size[1]]`` inclusive
+  (``flash_attn_interface.py``, ``flash_attn_func``).
+* xFormers' ``make_local_attention(W)``, which mistral-inference (then
+  mistral-src) uses for Mistral 7B: ``torch.triu(mask, diagonal=shift - W + 1)``
+  (``xformers/ops/fmha/attn_bias.py``).
+* **Not** Mistral's one-file reference: ``one_file_ref.py`` (mistral-src,
+  first commit c18d5b9, line 261) bands its prefill mask with
+  ``torch.triu(mask, diagonal=-sliding_window)``, which admits ``j >= i - W``:
+  ``W + 1`` keys. Its decode path reads a rolling buffer of ``W`` slots, so
+  the same file sees ``W`` keys per query when decoding. The Mistral 7B paper
+  (Jiang et al. 2023, section 2) words it the ``W + 1`` way: position ``i``
+  attends to "positions between i - W and i". A model trained on one count
+  and served with the other sees one key more or fewer at every position past
+  the window; the tests check the boundary at ``W - 1``, ``W`` and ``W + 1``.
+
+Sources, with links: ``docs/references.md``. The lessons show the reference's
+mask next to ours (lesson 0).
 
 With ``num_sinks = S`` (attention sinks, StreamingLLM) the first ``S``
 positions are visible to every later query as well::
