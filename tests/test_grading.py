@@ -129,7 +129,7 @@ def test_mask_accepts_right_answers(answer, capsys):
 
 
 class RingWithCopyInto:
-    """A ring using copy_ into narrow() views, positions as a Python list."""
+    """A ring using copy_ into narrow() views, positions computed in Python."""
 
     def __init__(self, window_size):
         self.W, self.kb, self.vb, self.n = window_size, None, None, 0
@@ -148,10 +148,10 @@ class RingWithCopyInto:
 
     @property
     def positions(self):
-        return [max(p for p in range(self.n) if p % self.W == s) for s in range(min(self.n, self.W))]
+        return torch.tensor([max(p for p in range(self.n) if p % self.W == s) for s in range(min(self.n, self.W))])
 
     def ordered(self):
-        pos = self.positions
+        pos = self.positions.tolist()
         order = sorted(range(len(pos)), key=pos.__getitem__)
         idx = torch.tensor(order, device=self.kb.device)
         return self.kb.index_select(2, idx), self.vb.index_select(2, idx)

@@ -18,7 +18,7 @@ import traceback
 
 import torch
 
-__all__ = ["ExerciseFailed", "call", "fail", "grid", "passed", "show"]
+__all__ = ["ExerciseFailed", "call", "fail", "grid", "passed", "rehint", "show"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
@@ -36,8 +36,13 @@ def passed(text: str) -> None:
     print(f"✅ {text}")
 
 
-def fail(case: str, *lines: str, expected=None, got=None, hint: str | None = None, what: str = "got") -> ExerciseFailed:
-    """Build the failure for ``case``: free ``lines``, then expected vs got aligned, then a hint."""
+def fail(case: str, *lines: str, expected=None, got=None, hint: str | None = None, what: str = "got",
+         generic: bool = False) -> ExerciseFailed:
+    """Build the failure for ``case``: free ``lines``, then expected vs got aligned, then a hint.
+
+    ``generic``: the hint does not name a specific bug, so a check may replace it with what a
+    targeted probe finds (:func:`rehint`).
+    """
     out = [f"❌ {case}"]
     out += [f"   {line}" for line in lines if line]
     if expected is not None or got is not None:
@@ -46,7 +51,18 @@ def fail(case: str, *lines: str, expected=None, got=None, hint: str | None = Non
         out.append(f"   {what.ljust(label)}: {show(got)}")
     if hint:
         out.append(f"   hint: {hint}")
-    return ExerciseFailed("\n".join(out))
+    e = ExerciseFailed("\n".join(out))
+    e.generic = generic
+    return e
+
+
+def rehint(e: ExerciseFailed, hint: str, *lines: str) -> ExerciseFailed:
+    """``e`` with its hint replaced by ``hint`` (and ``lines`` added before it): a probe found the bug."""
+    kept = [line for line in str(e).splitlines() if not line.startswith("   hint: ")]
+    kept += [f"   {line}" for line in lines if line]
+    new = ExerciseFailed("\n".join(kept + [f"   hint: {hint}"]))
+    new.generic = False
+    return new
 
 
 def show(x, limit: int = 240) -> str:
@@ -111,6 +127,7 @@ def call(case: str, what: str, fn, *args, **kwargs):
             where,
             hint="the check calls your code exactly as in the exercise text; read the error above, "
             "fix that line and run both cells again.",
+            generic=True,
         ) from None
 
 

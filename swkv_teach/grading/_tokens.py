@@ -16,23 +16,46 @@ import torch
 
 from swkv_teach.grading._report import call, fail, show
 
-B, H, D = 2, 2, 3  # small but not square, so a wrong axis changes a shape
+B, H, D = 2, 2, 3  # the default token shape: small but not square, so a wrong axis changes a shape
 AXES = ("batch", "heads", "tokens", "head_dim")
+STREAM = 100  # instance i of an interleaved run is fed tokens labelled 100 * i + p
+INSTANCES = "ABCDEFGH"
 
 
-def token(p: int, dtype=torch.float32, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """Key and value of token ``p``, each ``(B, H, 1, D)``."""
+def token(p: int, dtype=torch.float32, device="cpu", shape=(B, H, D), base: int = 0,
+          zero: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Key and value of token ``p``, each ``(batch, heads, 1, head_dim)`` for ``shape = (batch, heads, head_dim)``.
+
+    ``base`` shifts the label (``STREAM * i`` for the i-th of several live instances), ``zero`` makes
+    both all zeros (a legitimate key and value a cache must not mistake for an empty slot).
+    """
+    b, h, d = shape
     off = (
-        torch.arange(B, dtype=torch.float64).view(B, 1, 1) * 0.001
-        + torch.arange(H, dtype=torch.float64).view(1, H, 1) * 0.1
-        + torch.arange(D, dtype=torch.float64).view(1, 1, D) * 0.01
+        torch.arange(b, dtype=torch.float64).view(b, 1, 1) * 0.001
+        + torch.arange(h, dtype=torch.float64).view(1, h, 1) * 0.1
+        + torch.arange(d, dtype=torch.float64).view(1, 1, d) * 0.01
     )
-    k = (p + 1 + off).unsqueeze(2)
+    k = (base + p + 1 + off).unsqueeze(2)
+    if zero:
+        k = torch.zeros_like(k)
     return k.to(device=device, dtype=dtype), (-k).to(device=device, dtype=dtype)
 
 
-def labels(t: torch.Tensor, values: bool = False) -> list:
-    """Which token sits at each index of dim 2 of a returned ``(B, H, n, D)`` tensor (keys, or values if ``values``)."""
+def _label(r: int, base: int, prefix: str = ""):
+    q = r - 1
+    inst, p = divmod(q, STREAM)
+    if inst * STREAM == base:
+        return f"{prefix}{p}" if prefix else p
+    return f"{prefix}{INSTANCES[inst] if inst < len(INSTANCES) else '?'}{p}"
+
+
+def labels(t: torch.Tensor, values: bool = False, base: int = 0) -> list:
+    """Which token sits at each index of dim 2 of a returned ``(B, H, n, D)`` tensor (keys, or values if ``values``).
+
+    ``3``: token 3; ``"v3"``: token 3's value where a key belongs (``"k3"`` the other way round);
+    ``"A3"``: token 3 fed to instance A of an interleaved run (another instance's token);
+    ``"0"``: all zeros (an unwritten slot, or a zero token); ``"?"``: anything else.
+    """
     col = t[0, 0, :, 0].detach().to("cpu", torch.float64)
     if values:
         col = -col
@@ -45,9 +68,9 @@ def labels(t: torch.Tensor, values: bool = False) -> list:
         if abs(x - r) > 1e-2:
             out.append("?")
         elif r > 0:
-            out.append(r - 1)
+            out.append(_label(r, base))
         elif r < 0:
-            out.append(f"v{-r - 1}" if not values else f"k{-r - 1}")
+            out.append(_label(-r, base, "v" if not values else "k"))
         else:
             out.append("0")
     return out
@@ -99,16 +122,24 @@ def check_kind(case: str, k: torch.Tensor, v: torch.Tensor, like: torch.Tensor, 
 
 
 def as_positions(case: str, got, what: str = "positions") -> list:
-    """A learner's positions (tensor, list or tuple of ints) as a list of ints."""
+    """A learner's positions as a list of ints: a 1-D tensor of an integer dtype, nothing else.
+
+    ``window_mask`` and the decoder's attention refuse float positions, and the decoder calls
+    ``cache.positions.to(device)``, so a list or a float tensor would break there.
+    """
     if isinstance(got, torch.Tensor):
         if got.dim() != 1:
             raise fail(case, f"{what} has shape {tuple(got.shape)}; expected a 1-D tensor (one position per key).")
+        if got.is_floating_point() or got.is_complex() or got.dtype == torch.bool:
+            raise fail(case, f"{what} has dtype {got.dtype}; positions must be an integer tensor.",
+                       got=got, what="positions",
+                       hint="window_mask and the decoder's attention refuse non-integer positions: build them with "
+                       "torch.arange / torch.tensor(..., dtype=torch.long), not from float arithmetic.")
         return [int(x) for x in got.tolist()]
     if isinstance(got, (list, tuple, range)):
-        try:
-            return [int(x) for x in got]
-        except (TypeError, ValueError):
-            pass
+        raise fail(case, f"{what} is a Python {type(got).__name__} ({show(list(got))}); expected a 1-D integer tensor.",
+                   hint="return torch.tensor(your_list, dtype=torch.long): the decoder calls "
+                   "cache.positions.to(device), which a list does not have.")
     raise fail(case, f"{what} is {show(got)} ({type(got).__name__}); expected a 1-D tensor of ints.",
                hint="return torch.tensor([...], dtype=torch.long): the absolute position of each key update() returned.")
 

@@ -1,0 +1,265 @@
+"""The step driver shared by the cache checks (exercises 01, 03, 05): runs, live instances, memory.
+
+A *run* feeds labelled tokens (:mod:`._tokens`) one per ``update`` to one learner
+cache and to the library's cache of the same kind (the oracle), and hands each
+step to the exercise's :class:`Judge`. Every run is at least ``4 * capacity + 3``
+steps long. The runs vary one thing at a time from a first, plain run
+(``batch != heads`` tokens ``(2, 3, 1, 4)``, float32): the window, the token shape
+(one head, batch 1, head_dim apart), the dtype (float64, float16, bfloat16) and
+keys and values that are all zeros. After every run alone has passed, two or
+three live instances with different windows are updated in turn
+(:func:`interleave`): a cache whose state lives on its class passes alone and
+fails there, and only then is shared state blamed.
+
+Also checked at every step: the caller's tensors are never written to, and the
+cache keeps at most ``capacity`` tokens of keys and values, counted over
+everything the object keeps alive (:mod:`._retained`), and nothing it holds
+grows once the window is full.
+
+When a run fails with a message that names no bug, :func:`isolate` reruns the
+same window changing one thing at a time (shape, dtype, zeros; a fresh copy of
+the class for shared state) and names the variable that breaks it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+
+from swkv_teach.grading._report import ExerciseFailed, call, fail, rehint
+from swkv_teach.grading._report import learner_name as _name
+from swkv_teach.grading._retained import growth, retained
+from swkv_teach.grading._tokens import INSTANCES, STREAM, Inputs, check_kind, describe, token, unpack_kv
+
+SHAPE0 = (2, 3, 4)  # batch != heads != head_dim
+F32, F64, F16, BF16 = torch.float32, torch.float64, torch.float16, torch.bfloat16
+
+
+def short(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One cache alone: constructor ``args``, token ``shape`` (batch, heads, head_dim), dtype, zero tokens."""
+
+    args: tuple
+    shape: tuple = SHAPE0
+    dtype: torch.dtype = F32
+    zeros: bool = False
+
+    def tokens(self) -> str:
+        b, h, d = self.shape
+        return f"tokens (batch={b}, heads={h}, 1, head_dim={d}) {short(self.dtype)}" + (
+            ", odd tokens all zeros" if self.zeros else "")
+
+    def plain(self, **change) -> "Run":
+        return Run(self.args, **{"shape": SHAPE0, "dtype": F32, "zeros": False, **change})
+
+
+class Judge:
+    """One exercise's per-step comparison; subclasses implement :meth:`step`.
+
+    ``capacity``: tokens the cache may keep; ``title``: how messages name the cache.
+    """
+
+    oracle_cls = None
+
+    def __init__(self, cls, args: tuple):
+        self.cls, self.args = cls, args
+        self.oracle = self.oracle_cls(*args)
+
+    @property
+    def capacity(self) -> int:
+        return self.oracle.capacity if hasattr(self.oracle, "capacity") else self.oracle.window_size
+
+    def title(self) -> str:
+        names = self.arg_names
+        return f"{_name(self.cls)}({', '.join(f'{n}={a}' for n, a in zip(names, self.args))})"
+
+    def step(self, s: "Step") -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class Step:
+    p: int
+    case: str
+    k_new: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    ek: torch.Tensor
+    ev: torch.Tensor
+    base: int
+    zeros: bool
+    cache: object
+
+
+def make(case: str, cls, *args, methods=("update",)):
+    """``cls(*args)``, with a message if that fails or gives something without ``methods``."""
+    obj = call(case, f"{_name(cls)}({', '.join(map(str, args))})", cls, *args)
+    for m in methods:
+        if not callable(getattr(obj, m, None)):
+            raise fail(case, f"{_name(cls)}({', '.join(map(str, args))}) gave {describe(obj)} with no {m}() method.",
+                       hint=f"pass the class itself to the check, and give it a {m}(...) method.")
+    return obj
+
+
+def steps_for(capacity: int) -> int:
+    return 4 * capacity + 3
+
+
+def _bounded(case: str, cache, capacity: int, k_new: torch.Tensor):
+    """At most ``capacity`` tokens of keys and values (plus one each of slack), whatever holds them."""
+    per_token = k_new.numel() * k_new.element_size()
+    r = retained(cache)
+    tokens = r.float_bytes / per_token
+    # slack of one token each for k and v: the seed's slice is a view of a W + 1 token cat
+    if tokens > 2 * capacity + 2:
+        big = max((v for v in r.storages.values() if v[1]), key=lambda v: v[0])
+        raise fail(case, f"the cache holds {tokens:g} tokens' worth of keys and values (all it keeps alive); at most "
+                   f"{2 * capacity} (keys and values of {capacity} tokens) should be kept. The biggest: "
+                   f"{big[2]} ({big[0]} bytes).",
+                   hint="evict: the memory must stay flat however many tokens arrive. Returning the last W is "
+                   "not enough if the cache still stores everything (in any attribute, list or dict).")
+    return r
+
+
+def _flat(case: str, before, after, k_new: torch.Tensor, first: int, last: int) -> None:
+    """Nothing the cache keeps grows between step ``first`` and ``last``, both after the window filled."""
+    per_token = k_new.numel() * k_new.element_size()
+    grew_items = after.items - before.items
+    grew_bytes = after.all_bytes - before.all_bytes
+    if grew_items > 2 or grew_bytes > 2 * per_token:
+        what = growth(before, after) or f"tensor memory grew by {grew_bytes} bytes"
+        raise fail(case, f"between updates {first} and {last}, long after the window was full, what the cache keeps "
+                   f"grew: {what} ({grew_items:+d} items, {grew_bytes:+d} tensor bytes).",
+                   hint="a sliding-window cache must stay the same size once full: evict from every list, dict or "
+                   "tensor you append to (a log or history of past tokens or positions grows forever).")
+
+
+def drive(judge: Judge, run: Run, dev, base: int = 0, cache=None, label: str = ""):
+    """Yield once per step, after the judge has seen it (a generator, so runs can be interleaved)."""
+    title = judge.title() + (f" [instance {label}]" if label else "")
+    if cache is None:
+        cache = make(title, judge.cls, *judge.args)
+    cap = judge.capacity
+    n = steps_for(cap)
+    first = 2 * cap + 1
+    inputs = Inputs()
+    snap = None
+    for p in range(n):
+        zero = run.zeros and p % 2 == 1
+        case = f"{title}, {run.tokens()}, step {p + 1} (tokens 0..{p} fed so far)"
+        k_new, v_new = token(p, run.dtype, dev, run.shape, base, zero)
+        inputs.add(p, k_new, v_new)
+        k, v = unpack_kv(case, call(case, "update()", cache.update, k_new, v_new))
+        ek, ev = judge.oracle.update(*token(p, run.dtype, dev, run.shape, base, zero))
+        check_kind(case, k, v, k_new)
+        judge.step(Step(p, case, k_new, k, v, ek, ev, base, run.zeros, cache))
+        inputs.check_untouched(case)
+        r = _bounded(case, cache, cap, k_new)
+        if p + 1 == first:
+            snap = r
+        elif p + 1 == n and snap is not None:
+            _flat(case, snap, r, k_new, first, n)
+        yield
+
+
+def run_alone(judge_cls, cls, run: Run, dev) -> None:
+    for _ in drive(judge_cls(cls, run.args), run, dev):
+        pass
+
+
+def _passes(judge_cls, cls, run: Run, dev) -> bool:
+    try:
+        run_alone(judge_cls, cls, run, dev)
+        return True
+    except ExerciseFailed:
+        return False
+    except Exception:
+        return False
+
+
+def pristine(cls):
+    """A copy of ``cls`` whose mutable class attributes are fresh copies (None if it cannot be made)."""
+    try:
+        ns = {k: copy.deepcopy(v) if isinstance(v, (list, dict, set, deque, torch.Tensor)) else v
+              for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
+        return type(cls)(cls.__name__, cls.__bases__, ns)
+    except Exception:
+        return None
+
+
+def isolate(e: ExerciseFailed, judge_cls, cls, run: Run, dev, snapshot=None) -> ExerciseFailed:
+    """Name what breaks a failing run by changing one thing at a time; ``e`` unchanged if nothing fits.
+
+    ``snapshot``: :func:`pristine` of ``cls`` taken before any instance was used, when some instance of
+    ``cls`` already ran in this check (so shared state is possible).
+    """
+    if snapshot is not None:
+        fresh = pristine(snapshot)
+        if fresh is not None and _passes(judge_cls, fresh, run, dev):
+            return rehint(e, "state is shared between instances: this run passes on a fresh copy of your class, "
+                          "but fails after earlier instances were used. Keep all state on self, assigned in "
+                          "__init__, not in class attributes such as `k = []` or `store = {}` at class level.",
+                          "(run alone on a fresh copy of your class, this case passes)")
+    if not getattr(e, "generic", False):
+        return e
+    plain = run.plain()
+    if plain == run or not _passes(judge_cls, cls, plain, dev):
+        return e
+    found = []
+    if run.shape != SHAPE0 and not _passes(judge_cls, cls, run.plain(shape=run.shape), dev):
+        b, h, d = run.shape
+        found.append(f"with tokens of shape ({b}, {h}, 1, {d}) it fails, with (2, 3, 1, 4) it passes: something "
+                     "assumes a shape. squeeze() drops batch 1 or a single head; a buffer must be "
+                     "(batch, heads, W, head_dim) taken from k_new.shape, and a token is written with [:, :, slot].")
+    if run.dtype != F32 and not _passes(judge_cls, cls, run.plain(dtype=run.dtype), dev):
+        found.append(f"with {short(run.dtype)} tokens it fails, with float32 it passes: create every buffer with "
+                     "dtype=k_new.dtype (torch.empty(0) and torch.zeros(...) default to float32), never .float().")
+    if run.zeros and not _passes(judge_cls, cls, run.plain(zeros=True), dev):
+        found.append("when some keys and values are all zeros it fails: zero is a legitimate key; never find "
+                     "empty slots by looking for zeros, count the tokens written instead.")
+    return rehint(e, " Also: ".join(found)) if found else e
+
+
+def check_runs(judge_cls, cls, runs, dev, snapshot=None, earlier: bool = False) -> None:
+    """Each run alone, in order; the first failure is raised, after :func:`isolate` had a look.
+
+    ``snapshot``: :func:`pristine` of ``cls`` taken before the check used it; ``earlier``: instances of
+    ``cls`` were already used before these runs.
+    """
+    for n, run in enumerate(runs):
+        try:
+            run_alone(judge_cls, cls, run, dev)
+        except ExerciseFailed as e:
+            raise isolate(e, judge_cls, cls, run, dev, snapshot if (earlier or n > 0) else None) from None
+
+
+def interleave(judge_cls, cls, argsets, dev) -> None:
+    """Live instances with different windows, updated in turn; each was right alone (checked before)."""
+    judges = [judge_cls(cls, args) for args in argsets]
+    names = ", ".join(f"{INSTANCES[i]} = {j.title()}" for i, j in enumerate(judges))
+    caches = []
+    for i, j in enumerate(judges):  # all alive before the first update
+        caches.append(make(f"{names}, created side by side", cls, *j.args))
+    gens = [drive(j, Run(j.args), dev, base=STREAM * i, cache=c, label=INSTANCES[i])
+            for i, (j, c) in enumerate(zip(judges, caches))]
+    live = list(gens)
+    try:
+        while live:
+            for g in list(live):
+                try:
+                    next(g)
+                except StopIteration:
+                    live.remove(g)
+    except ExerciseFailed as e:
+        raise rehint(e, "each instance alone passed every run above, but with several alive at once (" + names +
+                     ") one's answers changed: state is shared between instances. Keep it on self, assigned in "
+                     "__init__; a class attribute (a buffer or list defined in the class body, or cleared in "
+                     "__init__ through the class) is one object for every instance.",
+                     "(labels like A3 are token 3 fed to instance A)") from None
