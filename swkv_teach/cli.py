@@ -2,6 +2,7 @@
 
     swkv-teach make-exercises   write exercises/ from solutions/
     swkv-teach grade PATH...    grade submitted notebooks into a CSV gradebook
+    swkv-teach export ...       an nbgrader course folder, or a Gradescope autograder
     swkv-teach bench            measure the caches (same as python -m swkv_teach.bench)
     swkv-teach train            train the shipped checkpoint (same as python -m swkv_teach.train)
 
@@ -17,6 +18,7 @@ import sys
 COMMANDS = {
     "make-exercises": ("swkv_teach.grading.exercises", "write exercises/ from solutions/"),
     "grade": ("swkv_teach.grading.grade", "grade notebooks into a CSV gradebook"),
+    "export": ("swkv_teach.grading.export", "export for nbgrader or Gradescope"),
     "bench": ("swkv_teach.bench", "benchmark the caches"),
     "train": ("swkv_teach.train", "train the shipped checkpoint"),
 }

@@ -1,0 +1,29 @@
+"""``swkv-teach export PLATFORM ...``: the exercises for the platforms classes already grade on.
+
+    swkv-teach export nbgrader DIR [--assignment NAME]   an nbgrader course folder (JupyterHub)
+    swkv-teach export gradescope DIR                     DIR/autograder.zip (Colab + Gradescope)
+
+Exports translate; they never re-implement a check (see :mod:`.export_nbgrader`, :mod:`.export_gradescope`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+PLATFORMS = {
+    "nbgrader": "swkv_teach.grading.export_nbgrader",
+    "gradescope": "swkv_teach.grading.export_gradescope",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in PLATFORMS:
+        print(__doc__.strip().split("\n\n")[1], file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    return importlib.import_module(PLATFORMS[argv[0]]).main(argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

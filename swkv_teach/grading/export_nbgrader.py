@@ -1,0 +1,149 @@
+"""``swkv-teach export nbgrader DIR [--assignment NAME]``: the exercises as an nbgrader course folder.
+
+Writes ``DIR/nbgrader_config.py`` and ``DIR/source/NAME/`` (default ``swkv``)
+with one notebook per solution notebook that holds an exercise. A teacher then
+runs nbgrader's own commands in ``DIR``: ``nbgrader generate_assignment NAME``,
+release, collect, ``nbgrader autograde NAME``.
+
+What is translated, cell by cell (the source is ``solutions/``, the single
+source of the exercises, read through its ``swkv`` cell metadata and
+:data:`~swkv_teach.grading.EXERCISES`, never a list kept here):
+
+- an answer cell (``swkv.role == "answer"``) becomes an nbgrader *solution*
+  cell; its ``### BEGIN SOLUTION`` / ``### END SOLUTION`` regions are
+  nbgrader's own markers, so ``generate_assignment`` stubs them out;
+- a check cell (``swkv.role == "check"``) becomes an *autograded test* cell,
+  locked, worth the registry's points: nbgrader runs the official check, and a
+  check that raises scores 0;
+- every other code cell (set-up, imports, demos) is locked, so autograde puts
+  back the released version of any a student edited.
+
+Markdown cells are copied unchanged except the "Open in Colab" badge, which
+points at the solutions on GitHub and is dropped. Nothing here re-implements
+a check: the test cells call the same ``check_*`` functions as ``swkv-teach grade``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+from swkv_teach.grading import EXERCISES
+from swkv_teach.grading.exercises import BEGIN, HEADER_TAG
+
+__all__ = ["CODE_STUB", "export_nbgrader", "nbgrader_notebook"]
+
+SCHEMA_VERSION = 3  # nbgrader's cell metadata schema since 0.6
+CODE_STUB = '# YOUR CODE HERE\nraise NotImplementedError("replace these two lines with your code")'
+
+CONFIG = '''"""nbgrader configuration for the swkv-teach exercises (written by `swkv-teach export nbgrader`).
+
+Run nbgrader's commands from this folder: nbgrader generate_assignment {name}; nbgrader autograde {name}.
+"""
+
+c = get_config()  # noqa: F821 (nbgrader provides it)
+
+c.CourseDirectory.course_id = "swkv-teach"
+# Answers are written in place of the same two lines the course's own exercises/ show.
+c.ClearSolutions.code_stub = {{"python": {stub!r}}}
+c.ClearSolutions.begin_solution_delimeter = "BEGIN SOLUTION"
+c.ClearSolutions.end_solution_delimeter = "END SOLUTION"
+# Seconds per cell before autograde interrupts it (an infinite loop in a submission).
+c.Execute.timeout = {timeout}
+'''
+
+
+def _nbgrader_meta(grade_id: str, *, solution=False, grade=False, locked=False, points=None) -> dict:
+    meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": SCHEMA_VERSION,
+            "solution": solution, "task": False}
+    if grade:
+        meta["points"] = points
+    return meta
+
+
+def nbgrader_notebook(solution, where: str = "notebook"):
+    """An nbgrader source notebook (a copy) from a solution notebook; raises ValueError on bad metadata."""
+    nb = copy.deepcopy(solution)
+    cells, counts = [], {}
+    for n, cell in enumerate(nb.cells):
+        if HEADER_TAG in cell.metadata.get("tags", []) and cell.cell_type == "markdown":
+            continue  # the Colab badge links to the solution
+        cell.metadata.pop("nbgrader", None)
+        cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+            swkv = cell.metadata.get("swkv") or {}
+            role, ex_id = swkv.get("role"), str(swkv.get("exercise", ""))
+            if role in ("answer", "check") and ex_id not in EXERCISES:
+                raise ValueError(f"{where} cell {n}: exercise {ex_id!r} is not in EXERCISES ({', '.join(EXERCISES)})")
+            key = f"ex{ex_id}-{role}"
+            counts[key] = counts.get(key, 0) + 1
+            suffix = "" if counts[key] == 1 else f"-{counts[key]}"
+            if role == "answer":
+                if BEGIN not in cell.source:
+                    raise ValueError(f"{where} cell {n}: the answer cell of exercise {ex_id} has no {BEGIN!r} region")
+                cell.metadata["nbgrader"] = _nbgrader_meta(key + suffix, solution=True)
+            elif role == "check":
+                cell.metadata["nbgrader"] = _nbgrader_meta(key + suffix, grade=True, locked=True,
+                                                           points=EXERCISES[ex_id].points)
+            else:
+                cell.metadata["nbgrader"] = _nbgrader_meta(f"locked-{n:02d}", locked=True)
+        cells.append(cell)
+    nb.cells = cells
+    nb.metadata.get("swkv", {}).pop("generated_from", None)
+    return nb
+
+
+def _graded(nb) -> bool:
+    return any(str((c.metadata.get("swkv") or {}).get("exercise", "")) in EXERCISES
+               and (c.metadata.get("swkv") or {}).get("role") == "check" for c in nb.cells)
+
+
+def export_nbgrader(out: Path, solutions: Path, assignment: str = "swkv", timeout: int = 120) -> list[Path]:
+    """Write ``out/nbgrader_config.py`` and ``out/source/<assignment>/*.ipynb``; return the notebooks written."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", assignment):
+        raise ValueError(f"assignment must be letters, digits, '_' or '-' (nbgrader uses it as a folder); got {assignment!r}")
+    sources = sorted(solutions.glob("*.ipynb"))
+    if not sources:
+        raise ValueError(f"no solution notebooks in {solutions}/ (run from the course checkout, or pass --solutions)")
+    planned = {}
+    for path in sources:
+        nb = nbformat.read(path, as_version=4)
+        if _graded(nb):
+            planned[path.name] = nbgrader_notebook(nb, where=str(path))
+    if not planned:
+        raise ValueError(f"no notebook in {solutions}/ has a check cell of an exercise in EXERCISES")
+    dest = out / "source" / assignment
+    dest.mkdir(parents=True, exist_ok=True)
+    (out / "nbgrader_config.py").write_text(CONFIG.format(name=assignment, stub=CODE_STUB, timeout=timeout))
+    written = []
+    for name, nb in planned.items():
+        nbformat.write(nb, dest / name)
+        written.append(dest / name)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="swkv-teach export nbgrader", description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="the nbgrader course folder to write (created if missing)")
+    ap.add_argument("--assignment", default="swkv", help="assignment name (default: swkv)")
+    ap.add_argument("--solutions", type=Path, default=Path("solutions"), help="solution notebooks (default: solutions)")
+    ap.add_argument("--timeout", type=int, default=120, help="seconds per cell when nbgrader autogrades (default 120)")
+    args = ap.parse_args(argv)
+    try:
+        written = export_nbgrader(args.out, args.solutions, args.assignment, args.timeout)
+    except (ValueError, OSError) as e:
+        print(f"swkv-teach export nbgrader: {e}", file=sys.stderr)
+        return 2
+    print(f"swkv-teach export nbgrader: {len(written)} notebook(s) in {args.out / 'source' / args.assignment}/ "
+          f"and {args.out / 'nbgrader_config.py'}\n  next: cd {args.out} && nbgrader generate_assignment {args.assignment}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

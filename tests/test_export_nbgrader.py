@@ -1,0 +1,180 @@
+"""`swkv-teach export nbgrader`: a course folder the real nbgrader releases and autogrades.
+
+The metadata tests run everywhere. The end-to-end test needs nbgrader 0.9 (the ``nbgrader``
+extra; ``.ci/run`` installs it) and skips, saying so, without it: it runs
+``nbgrader generate_assignment`` and ``nbgrader autograde`` exactly as a teacher would, on a
+right, an unanswered and a partly wrong submission, and reads the points from nbgrader's gradebook.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from swkv_teach.grading import EXERCISES
+from swkv_teach.grading.exercises import fill_in, solution_regions
+from swkv_teach.grading.export_nbgrader import export_nbgrader, main, nbgrader_notebook
+from tests.test_exercises_nbval import WRONG_MASK
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions"
+
+
+def roles(nb):
+    return [((c.metadata.get("swkv") or {}).get("role"), c.metadata.get("nbgrader")) for c in nb.cells
+            if c.cell_type == "code"]
+
+
+def test_every_solution_notebook_with_an_exercise_is_exported_with_nbgrader_metadata(tmp_path):
+    written = export_nbgrader(tmp_path, SOLUTIONS, "hw1")
+    assert (tmp_path / "nbgrader_config.py").exists()
+    assert {p.name for p in written} == {p.name for p in SOLUTIONS.glob("*.ipynb")}
+    exported_points = {}
+    for path in written:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        assert path.parent == tmp_path / "source" / "hw1"
+        for cell in nb.cells:
+            swkv, meta = cell.metadata.get("swkv") or {}, cell.metadata.get("nbgrader")
+            if cell.cell_type == "markdown":
+                assert meta is None and "colab.research.google.com" not in cell.source, "badge to the solutions"
+                continue
+            assert meta["schema_version"] == 3 and meta["grade_id"] and cell.outputs == []
+            if swkv.get("role") == "answer":
+                assert (meta["solution"], meta["grade"], meta["locked"]) == (True, False, False)
+                assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source
+            elif swkv.get("role") == "check":
+                ex = EXERCISES[swkv["exercise"]]
+                assert (meta["solution"], meta["grade"], meta["locked"]) == (False, True, True)
+                assert cell.source.strip() == ex.call
+                exported_points[ex.id] = meta["points"]
+            else:
+                assert (meta["solution"], meta["grade"], meta["locked"]) == (False, False, True), cell.source[:80]
+        ids = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells if "nbgrader" in c.metadata]
+        assert len(ids) == len(set(ids)), f"{path.name}: grade ids must be unique"
+    # every exercise whose solution ships is graded, with the registry's points
+    shipped = {str(c.metadata["swkv"]["exercise"]) for p in SOLUTIONS.glob("*.ipynb")
+               for c in nbformat.read(p, as_version=4).cells if (c.metadata.get("swkv") or {}).get("role") == "check"}
+    assert exported_points == {i: EXERCISES[i].points for i in shipped}
+
+
+def test_the_solutions_themselves_are_not_changed(tmp_path):
+    before = {p.name: p.read_bytes() for p in SOLUTIONS.glob("*.ipynb")}
+    export_nbgrader(tmp_path, SOLUTIONS)
+    assert {p.name: p.read_bytes() for p in SOLUTIONS.glob("*.ipynb")} == before
+
+
+def test_a_cell_naming_an_unknown_exercise_is_refused():
+    nb = nbformat.read(SOLUTIONS / "02_sliding_window_mask.ipynb", as_version=4)
+    check = next(c for c in nb.cells if (c.metadata.get("swkv") or {}).get("role") == "check")
+    check.metadata["swkv"]["exercise"] = "99"
+    with pytest.raises(ValueError, match="exercise '99' is not in EXERCISES"):
+        nbgrader_notebook(nb, "x.ipynb")
+
+
+def test_command_line_errors_are_one_line(tmp_path, capsys):
+    assert main([str(tmp_path / "out"), "--solutions", str(tmp_path)]) == 2
+    assert "no solution notebooks" in capsys.readouterr().err
+    assert main([str(tmp_path / "out"), "--assignment", "a b"]) == 2
+    assert "assignment must be" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- the real nbgrader
+def nbgrader_or_skip() -> Path:
+    exe = Path(sys.executable).parent / "nbgrader"
+    if not exe.exists():
+        reason = "nbgrader is not installed (pip install -e '.[nbgrader]'; .ci/run installs it)"
+        if os.environ.get("SWKV_REQUIRE_NBGRADER") == "1":
+            pytest.fail(f"{reason}, and SWKV_REQUIRE_NBGRADER=1 says this test must run")
+        pytest.skip(reason)
+    return exe
+
+
+def answered(released: Path, wrong: dict[str, str] | None = None):
+    """The released notebook with the solution's answers put in its stubs (or ``wrong[exercise id]``)."""
+    nb = nbformat.read(released, as_version=4)
+    sol = nbformat.read(SOLUTIONS / released.name, as_version=4)
+    answers = {c.metadata["nbgrader"]["grade_id"]: solution_regions(c.source) for c in nbgrader_notebook(sol).cells
+               if c.cell_type == "code" and c.metadata["nbgrader"]["solution"]}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            ex_id = cell.metadata["swkv"]["exercise"]
+            cell.source = fill_in(cell.source, [wrong[ex_id]] if ex_id in (wrong or {}) else answers[meta["grade_id"]])
+    return nb
+
+
+@pytest.fixture(scope="module")
+def gradebook(tmp_path_factory):
+    """{student: {notebook: {exercise id: points}}} and {student: total} after nbgrader autograde."""
+    exe = nbgrader_or_skip()
+    course = tmp_path_factory.mktemp("course")
+    main([str(course), "--assignment", "swkv", "--timeout", "60"])
+    env = dict(os.environ, PATH=f"{exe.parent}{os.pathsep}{os.environ['PATH']}")  # nbgrader calls `alembic`
+
+    def nbgrader(*args):
+        run = subprocess.run([str(exe), *args], cwd=course, env=env, capture_output=True, text=True, timeout=900)
+        assert run.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+        return run
+
+    nbgrader("generate_assignment", "swkv")
+    released = sorted((course / "release" / "swkv").glob("*.ipynb"))
+    assert released, "generate_assignment released nothing"
+    for nb_path in released:  # the released copy carries stubs, not answers
+        assert "### BEGIN SOLUTION" not in nb_path.read_text()
+    submissions = {
+        "right": {p.name: answered(p) for p in released},
+        "blank": {p.name: nbformat.read(p, as_version=4) for p in released[:2]},
+        "wrong": {p.name: answered(p, {"02": WRONG_MASK}) for p in released
+                  if p.name.startswith(("02_", "03_"))},
+    }
+    for student, notebooks in submissions.items():
+        d = course / "submitted" / student / "swkv"
+        d.mkdir(parents=True)
+        for name, nb in notebooks.items():
+            nbformat.write(nb, d / name)
+    nbgrader("autograde", "swkv")
+    nbgrader("export", "--to", str(course / "grades.csv"))
+
+    from nbgrader.api import Gradebook
+
+    points, totals = {}, {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for student in submissions:
+            sub = gb.find_submission("swkv", student)
+            totals[student] = (sub.score, sub.max_score)
+            points[student] = {nb.name: {g.cell.name.split("-")[0][2:]: g.score for g in nb.grades}
+                               for nb in sub.notebooks}
+    print("\nnbgrader grades.csv:\n" + (course / "grades.csv").read_text())
+    return points, totals, submissions
+
+
+@pytest.mark.slow
+def test_nbgrader_autograde_gives_full_points_to_right_answers(gradebook):
+    points, totals, submissions = gradebook
+    max_points = sum(EXERCISES[i].points for nb in points["right"].values() for i in nb)
+    assert totals["right"] == (max_points, max_points)
+    for name, scores in points["right"].items():
+        assert all(scores[i] == EXERCISES[i].points for i in scores), (name, scores)
+    assert len(points["right"]) == len(submissions["right"])
+
+
+@pytest.mark.slow
+def test_nbgrader_autograde_gives_zero_to_an_unanswered_notebook(gradebook):
+    points, totals, submissions = gradebook
+    for name in submissions["blank"]:
+        nb = name.removesuffix(".ipynb")
+        assert points["blank"][nb] and all(v == 0 for v in points["blank"][nb].values()), points["blank"][nb]
+    assert totals["blank"][0] == 0
+
+
+@pytest.mark.slow
+def test_nbgrader_autograde_gives_zero_to_the_wrong_exercise_only(gradebook):
+    points = gradebook[0]["wrong"]
+    assert points["02_sliding_window_mask"] == {"02": 0}
+    assert points["03_ring_buffer"] == {"03": EXERCISES["03"].points}
