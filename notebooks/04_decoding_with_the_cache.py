@@ -12,37 +12,56 @@
 # %% [markdown]
 # # Lesson 4 — Decoding with the cache
 #
+# **Time:** about 45 minutes. **You need:** lessons 1–3 (the caches, `seen` vs stored, masks from
+# positions).
+#
+# **By the end you will be able to**
+#
+# * drive a real decoder with per-layer caches and prove it right against the no-cache oracle, token
+#   by token and in prompt chunks;
+# * explain rotary position embeddings (RoPE) in a few lines of code, and why they let a ring buffer
+#   keep keys in any slot;
+# * recognise the `len(cache)`-instead-of-`seen` bug from its symptom (exact until the window fills,
+#   then drifting);
+# * say what changing the window at inference costs, and test an explanation instead of asserting it.
+#
 # Lessons 1–3 fed caches with random keys. Here a real model produces them: a small Mistral-style
 # decoder (`swkv_teach.model.Decoder`), trained on the characters of Python's standard library
 # and shipped with the package. No download, no GPU needed.
 #
 # This lesson
 #
-# 1. opens the model: its config, its parameter count, and what one block does with a cache;
+# 1. opens the model: its config, what one block does with a cache, and what its attention computes;
 # 2. checks that decoding token by token through the caches gives **the same logits** as running
 #    the whole sequence at once (the oracle);
 # 3. feeds a prompt **longer than the window**, in chunks (chunked prefill), and checks it again;
-# 4. checks the decoder against Hugging Face's `MistralForCausalLM` (when `transformers` is installed);
-# 5. lets the model write text with the ring cache;
-# 6. shrinks the cache's window below the one the model was trained with, and measures what that costs.
+# 4. explains **RoPE**, the reason a key may sit in any slot, and runs the classic position bug;
+# 5. checks the decoder against Hugging Face's `MistralForCausalLM` (when `transformers` is installed);
+# 6. lets the model write text with the ring cache;
+# 7. changes the cache's window at inference, measures what that costs, and tests why.
 #
 # Window convention, as everywhere in the course (`swkv_teach.masks`): query `i` attends key `j`
 # exactly when `i - W < j <= i`.
 
 # %%
 # %matplotlib inline
+import math
+
 import torch
 import torch.nn.functional as F
 import matplotlib.pyplot as plt
 
 import swkv_teach
-from swkv_teach import window_mask
+from swkv_teach import cached_attention, window_mask
+from swkv_teach.model import LayerCaches
 from swkv_teach.pretrained import load_pretrained
 from swkv_teach.train import HELDOUT_FILES, read_stdlib
 
 torch.manual_seed(0)
 # the model is tiny: one CPU thread is as fast as several, and steadier on a busy machine
 torch.set_num_threads(1)
+plt.rcParams.update({"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 10})
+DPI = 110
 dev = swkv_teach.device()
 model, tok = load_pretrained(dev)
 
@@ -94,6 +113,36 @@ print(f"tokenizer: {tok}, e.g. {tok.encode('def f')}")
 
 # %%
 print(model.layers[0])
+
+# %% [markdown]
+# ### What `attend` computes
+#
+# Step 4 calls the library's `cached_attention`, which hands the work to PyTorch's fused
+# `scaled_dot_product_attention`. Written out, it is this: repeat each key/value head for its
+# query heads, score, mask with the window rule on absolute positions, softmax, weight the values.
+# The keys may come in any order (a ring buffer's slot order), as long as `k_pos` lists each key's
+# own position.
+
+# %%
+def attend_readable(q, k, v, q_pos, k_pos, W):
+    """q (B, heads, c, d); k, v (B, kv_heads, n, d) in any order; q_pos (c,), k_pos (n,) absolute positions."""
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)  # GQA: kv head h serves query heads h*group .. h*group + group - 1
+    v = v.repeat_interleave(group, dim=1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, heads, c, n)
+    i, j = q_pos[:, None], k_pos[None, :]
+    scores = scores.masked_fill(~((i - W < j) & (j <= i)), float("-inf"))  # the window rule
+    return scores.softmax(dim=-1) @ v  # (B, heads, c, d)
+
+
+g = torch.Generator().manual_seed(0)
+q = torch.randn(2, 4, 3, 24, generator=g)                         # 3 new queries, 4 heads
+k, v = torch.randn(2, 2, 10, 24, generator=g), torch.randn(2, 2, 10, 24, generator=g)  # 2 kv heads
+k_pos = torch.tensor([8, 9, 10, 11, 12, 3, 4, 5, 6, 7])          # slot order, as a ring returns them
+q_pos = torch.tensor([10, 11, 12])
+mine = attend_readable(q, k, v, q_pos, k_pos, W=8)
+lib = cached_attention(q, k, v, q_pos, k_pos, 8)
+print("readable version == swkv_teach.cached_attention (to 1e-5):", torch.allclose(mine, lib, atol=1e-5))
 
 # %% [markdown]
 # ## 2. Cached decoding equals the full forward
@@ -166,8 +215,157 @@ for chunk_size in (1, 7, 16, 64, 100, 200):
 
 # %% [markdown]
 # `model.generate` does exactly this: the prompt as one chunk, then one token per step.
+
+# %% [markdown]
+# ## 4. RoPE: why a key may sit in any slot
 #
-# ## 4. The same numbers as Hugging Face
+# The ring buffer stores position 70's key in slot `70 % 64 = 6`, and returns keys in slot order.
+# Nothing in the attention above knows which slot a key came from, yet the results equal the
+# oracle's. The reason is how this model (like Mistral, Llama, Gemma) encodes position: **rotary
+# position embeddings** (RoPE, Su et al. 2021, arXiv:2104.09864).
+#
+# RoPE splits each query and key vector into pairs of numbers and turns pair `t` by the angle
+# `position × f_t`, with frequencies `f_t = θ^(-2t/d)` running from 1 radian per position down to
+# almost nothing (`θ = 10000` here). In the halves layout used by Hugging Face and this package, dims
+# `t` and `t + d/2` form pair `t`:
+
+# %%
+def rope(x, positions, theta=10000.0):
+    """Rotate x (..., T, d) by positions (T,): dims t and t + d/2 turn together by positions * f_t."""
+    d = x.shape[-1]
+    f = theta ** (-torch.arange(0, d, 2, dtype=torch.float, device=x.device) / d)  # (d/2,): 1 .. ~1/theta
+    angle = positions.float()[:, None] * f[None, :]  # (T, d/2)
+    cos, sin = angle.cos(), angle.sin()
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+# the model's own projection + rotation (Attention.qkv in swkv_teach/model.py) against ours
+attn, hd = model.layers[0].attn, config.head_dim
+x = torch.randn(1, 5, config.dim, generator=torch.Generator().manual_seed(1)).to(dev)
+positions = torch.arange(100, 105, device=dev)
+with torch.no_grad():
+    q_lib, k_lib, _ = attn.qkv(x, positions)                 # projected and rotated by the library
+    q_raw, k_raw, _ = attn.qkv(x, torch.zeros(5, device=dev))  # position 0: angle 0, the plain projection
+print("rope() == the model's rotation of q and k (to 1e-5):",
+      torch.allclose(rope(q_raw, positions, config.rope_theta), q_lib, atol=1e-5),
+      torch.allclose(rope(k_raw, positions, config.rope_theta), k_lib, atol=1e-5))
+
+# %% [markdown]
+# A rotation keeps lengths, and the dot product of two vectors turned by angles `a` and `b` depends
+# only on `a - b`. So the score of a query rotated to position `i` and a key rotated to position `j`
+# depends on `i - j` alone, never on `i` or `j` themselves. Check it numerically: put one query
+# vector and one key vector at every position `0..23`, score every pair, and compare the scores
+# along each diagonal `i - j = constant`; then move both by 1000 positions.
+
+# %%
+g = torch.Generator().manual_seed(2)
+qvec, kvec = torch.randn(hd, generator=g), torch.randn(hd, generator=g)
+P = 24
+pos = torch.arange(P)
+scores = rope(qvec.expand(P, hd), pos) @ rope(kvec.expand(P, hd), pos).T      # scores[i, j] = q at i · k at j
+spread = max((scores.diagonal(o) - scores.diagonal(o)[0]).abs().max().item() for o in range(-P + 1, P))
+print(f"largest difference along any diagonal i - j = const: {spread:.1e}")
+far = rope(qvec.expand(P, hd), pos + 1000) @ rope(kvec.expand(P, hd), pos + 1000).T
+print("every score unchanged when both positions move by 1000 (to 1e-4):", torch.allclose(far, scores, atol=1e-4))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+fig, ax = plt.subplots(figsize=(5.2, 4.4), dpi=DPI)
+im = ax.imshow(scores, cmap="RdBu_r", vmin=-scores.abs().max(), vmax=scores.abs().max())
+ax.set(xlabel="key position j", ylabel="query position i", title="RoPE score q·k: constant along each i − j")
+ax.set_xticks(range(0, P, 4))
+ax.set_yticks(range(0, P, 4))
+fig.colorbar(im, ax=ax, shrink=0.8, label="score")
+fig.tight_layout()
+plt.show()
+plt.close(fig)
+
+# %% [markdown]
+# Every diagonal is one colour: the score is a function of the distance. That is what makes the
+# caches of this course simple:
+#
+# * each key is rotated **once**, by its own absolute position, and cached **after** rotation;
+# * a query at position `p` is rotated by `p`, and its score with any cached key depends only on
+#   their distance, so the key's slot, and the order in which keys are returned, do not matter;
+# * when the window slides, nothing stored is touched: no key is ever re-rotated.
+#
+# All of it rests on one number being right: the position `p` of each new token, which must be the
+# count of tokens **seen**. A cache stores at most `W` tokens, so `len(cache)` stops at `W`; use it
+# as the position and every token after the window fills is rotated as if it sat at position `W`.
+#
+# ### The bug, on the trained model
+#
+# `Decoder.step` reads the position of the new tokens from `caches[0].seen`. Hand it caches that
+# answer `seen` with the number of tokens they store and we have the bug, without touching the
+# model. (The wrapper also reports the keys' positions as the buggy code would have recorded them,
+# `min(p, W)` when tokens come one at a time, so the mask keeps the same keys and the only thing
+# wrong is the rotation.)
+
+# %%
+class CountsStoredAsSeen:
+    """A cache whose bookkeeping counts tokens stored where it should count tokens seen: the bug."""
+
+    def __init__(self, cache, window_size):
+        self.cache, self.W = cache, window_size
+
+    def __getattr__(self, name):  # update, nbytes, ...: the real cache's
+        return getattr(self.cache, name)
+
+    def __len__(self):
+        return len(self.cache)
+
+    @property
+    def seen(self):  # the bug: stops at W
+        return len(self.cache)
+
+    @property
+    def positions(self):  # what that code would have recorded, one token at a time
+        return self.cache.positions.clamp(max=self.W)
+
+
+with torch.no_grad():
+    right, buggy = model.new_caches("ring"), LayerCaches([CountsStoredAsSeen(c, W) for c in model.new_caches("ring")], W)
+    logits_right = torch.cat([model.step(ids[:, t : t + 1], right) for t in range(ids.shape[1])], dim=1)
+    logits_buggy = torch.cat([model.step(ids[:, t : t + 1], buggy) for t in range(ids.shape[1])], dim=1)
+drift_right = (logits_right - oracle).abs().amax(-1)[0].cpu()  # (200,): worst logit error at each position
+drift_buggy = (logits_buggy - oracle).abs().amax(-1)[0].cpu()
+first_bad = next(t for t in range(len(drift_buggy)) if drift_buggy[t] > 1e-3)
+print(f"positions 0..{first_bad - 1}: the buggy decoder matches the oracle (< 1e-3): {drift_buggy[:first_bad].max() < 1e-3}")
+print(f"first wrong position: {first_bad} (= W + 1: token W still gets position len(cache) = W, by luck)")
+agree = (logits_buggy.argmax(-1) == oracle.argmax(-1))[0, first_bad:].float().mean().item()
+print(f"from there on, the buggy decoder's top character agrees with the oracle's at {agree:.0%} of positions")
+print("the correct decoder stays within 1e-4 everywhere:", drift_right.max().item() < 1e-4)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+fig, ax = plt.subplots(figsize=(6.6, 3.4), dpi=DPI)
+ax.plot(drift_buggy, color="#D62728", label="positions from len(cache) (the bug)")
+ax.plot(drift_right, color="#4C72B0", label="positions from seen")
+ax.axvline(W, color="grey", linestyle="--", lw=1)
+ax.text(W - 2, 1e-3, f"window full (W={W})", color="grey", ha="right")
+ax.set_yscale("log")
+ax.set(xlabel="position of the decoded character", ylabel="max |logits − oracle|",
+       title="The len(cache) bug: exact until the window fills, then wrong")
+ax.legend(loc="center right")
+ax.grid(alpha=0.3)
+fig.tight_layout()
+plt.show()
+plt.close(fig)
+
+# %% [markdown]
+# Exact for the first `W + 1` characters, then errors of whole logits: the model now sees every
+# recent key at a distance that is off by up to `W - 1`. Any test shorter than the window passes,
+# which is why every test in this course runs past it (several times) and why the library names
+# `seen` and `len(cache)` apart.
+#
+# **Your turn:** [exercises/06_cached_decode.ipynb](../exercises/06_cached_decode.ipynb) has you write
+# `decode_step` yourself: positions from `seen`, one cache per layer, the mask from `cache.positions`,
+# checked against the oracle token by token and with a prompt chunk. Do it now, before section 7,
+# which writes a forward pass out in full.
+
+# %% [markdown]
+# ## 5. The same numbers as Hugging Face
 #
 # `Decoder.from_hf(mistral)` copies the weights of a Hugging Face `MistralForCausalLM` into our
 # decoder (`swkv_teach/hf.py` maps the names). If our window rule, RoPE layout, GQA or norms were
@@ -210,7 +408,7 @@ else:
     print(f"and greedy generation gives the same {new} tokens")
 
 # %% [markdown]
-# ## 5. The model writes
+# ## 6. The model writes
 #
 # Greedy decoding from the prompt `"def "`, 160 new characters, with the ring cache: longer than
 # the window, so the first characters are evicted long before the end, and each layer's memory
@@ -238,7 +436,7 @@ naive_greedy = model.generate(prompt, max_new_tokens=160, cache="naive")
 print("ring and naive caches write the same 160 characters:", torch.equal(greedy, naive_greedy))
 
 # %% [markdown]
-# ## 6. A cache window smaller than the training window
+# ## 7. A cache window other than the training window
 #
 # Memory is the reason for a window, so it is tempting to shrink it further at inference time: a
 # cache of 16 tokens costs a quarter of one of 64. The model is unchanged; only what it may look
@@ -278,10 +476,11 @@ print(f"(uniform guessing over {tok.vocab_size} characters: {torch.tensor(tok.vo
 # start of a longer identifier or the previous line, and every prediction gets a little worse.
 #
 # The last row is the surprise: a window **larger** than trained is much *worse*, although the
-# model sees strictly more. Its queries now meet keys at distances 64 to 127, which it never saw in
-# training: the rotary angles for those distances are new to it, and attention weight leaks onto
-# keys it has no idea how to use. A model runs well with the window it was trained with, and
-# nothing guarantees it runs well with any other.
+# model sees strictly more. A tempting explanation: its queries now meet keys at distances 64 to
+# 127, which it never saw in training (RoPE makes the score a function of distance, and these
+# distances are new), so attention goes to keys it has no idea how to use. That is a **hypothesis**;
+# another one fits the table as well: perhaps the model is thrown by *more keys* than it was trained
+# with, whatever their distance. The next cells tell the two apart.
 
 # %%
 print("loss rises as the window shrinks below W:", losses[W // 8] > losses[W // 4] > losses[W])
@@ -289,10 +488,10 @@ print("a window 2W is worse than W:", losses[2 * W] > losses[W])
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-fig, ax = plt.subplots(figsize=(6, 3.2), dpi=90)
+fig, ax = plt.subplots(figsize=(6.4, 3.4), dpi=DPI)
 ax.plot(windows, [losses[w] for w in windows], marker="o")
 ax.axvline(W, color="grey", linestyle="--", lw=1)
-ax.annotate(f"trained window W={W}", xy=(W, losses[W]), xytext=(-60, 40), textcoords="offset points", fontsize=8,
+ax.annotate(f"trained window W={W}", xy=(W, losses[W]), xytext=(-60, 40), textcoords="offset points", 
             arrowprops=dict(arrowstyle="->", color="grey"))
 ax.set_xscale("log", base=2)
 ax.set_xticks(windows, [str(w) for w in windows])
@@ -304,6 +503,96 @@ plt.show()
 plt.close(fig)
 
 # %% [markdown]
+# ### Testing the explanation: is it the distance, or the number of keys?
+#
+# To separate the two, we choose exactly which keys each query sees, by distance `i - j`, with the
+# same weights: a forward pass over the held-out pieces that takes any mask (the model's parts, as
+# in `Decoder.forward`; only the mask differs). We score queries at positions `2W - 1` and later, so
+# that every mask below is complete for every scored query.
+
+# %%
+pos = torch.arange(T, device=dev)
+dist = pos[:, None] - pos[None, :]  # (T, T): query position i minus key position j
+
+
+def band(lo, hi):
+    """Query i may attend key j when lo <= i - j < hi."""
+    return (dist >= lo) & (dist < hi)
+
+
+def loss_with_mask(allowed):
+    """Held-out loss (queries 2W-1 .. T-1) when query i may attend key j exactly where allowed[i, j]."""
+    with torch.no_grad():
+        h = model.embed(x)  # (N, T, dim)
+        for layer in model.layers:
+            q, k, v = layer.attn.qkv(layer.attn_norm(h), pos)  # RoPE applied at positions 0..T-1
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
+            h = h + layer.attn.o_proj(o.transpose(1, 2).flatten(2))
+            h = h + layer.mlp(layer.mlp_norm(h))
+        logits = model.lm_head(model.norm(h))
+    s = 2 * W - 1
+    return F.cross_entropy(logits[:, s:].flatten(0, 1), y[:, s:].flatten()).item()
+
+
+with torch.no_grad():
+    reference = F.cross_entropy(model(x)[:, 2 * W - 1 :].flatten(0, 1), y[:, 2 * W - 1 :].flatten()).item()
+print("band(0, W) reproduces the model's own loss (to 1e-4):", abs(loss_with_mask(band(0, W)) - reference) < 1e-4)
+
+half = W // 2
+masks = {
+    f"nearest {half} keys": band(0, half),
+    f"nearest {W} keys (trained)": band(0, W),
+    f"nearest {half} + {half} at distances {W}..{W + half - 1}": band(0, half) | band(W, W + half),
+    f"nearest {half} + {half} at distances {W + half}..{2 * W - 1}": band(0, half) | band(W + half, 2 * W),
+    f"nearest {2 * W} keys (2W)": band(0, 2 * W),
+}
+by_mask = {name: loss_with_mask(m) for name, m in masks.items()}
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+for name, value in by_mask.items():
+    print(f"{name:<38} {int(masks[name][-1].sum()):>4} keys   loss {value:.3f}")
+
+# %% [markdown]
+# Rows 2, 3 and 4 give every query the same number of keys, `W`, the number it was trained with,
+# and the same nearest `W/2`. They differ only in *where* the other `W/2` keys are. At the distances
+# the model trained on, they change almost nothing; at unseen distances they make the loss much
+# worse than having no extra keys at all, and the farther, the worse. So the number of keys is not the problem:
+# the distances are. One more picture makes the boundary visible: add a band of 8 keys at distance
+# `a .. a + 7` to the nearest 32, and move `a` out.
+
+# %%
+starts = list(range(half, 2 * W, 8))
+sweep = [loss_with_mask(band(0, half) | band(a, a + 8)) for a in starts]
+print("extra keys at trained distances (< W) change the loss by less than 0.02:",
+      all(abs(l - by_mask[f"nearest {half} keys"]) < 0.02 for a, l in zip(starts, sweep) if a + 8 <= W))
+print("32 extra keys at distances W..W+31 make the loss worse than none:",
+      by_mask[f"nearest {half} + {half} at distances {W}..{W + half - 1}"] > by_mask[f"nearest {half} keys"] + 0.1)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+fig, ax = plt.subplots(figsize=(6.6, 3.4), dpi=DPI)
+ax.plot(starts, sweep, marker="o", color="#4C72B0", label=f"nearest {half} + 8 keys at distance a..a+7")
+ax.axhline(by_mask[f"nearest {half} keys"], color="#999999", linestyle=":", label=f"nearest {half} keys alone")
+ax.axvline(W, color="grey", linestyle="--", lw=1)
+ax.text(W + 1, 0.25, "distances never seen in training →", color="grey")
+ax.set(xlabel="distance a of the extra keys (tokens)", ylabel="held-out loss (nats/char)",
+       title="Extra keys hurt once they sit well past the trained distances", ylim=(0, max(sweep) * 1.05))
+ax.legend(loc="upper left")
+ax.grid(alpha=0.3)
+fig.tight_layout()
+plt.show()
+plt.close(fig)
+
+# %% [markdown]
+# Flat while the extra keys sit at trained distances and, in this run, a little past `W` too (up to
+# about 80); farther out the loss climbs steeply. The explanation of the `2W` row survives a test that
+# could have refuted it, with a refinement the table alone could not give: the model tolerates
+# distances just past the edge of its window, and fails on keys well beyond it. A model runs well with the window it was trained with, and nothing
+# guarantees it runs well with any other; when you need longer context, methods such as position
+# interpolation (Chen et al. 2023, arXiv:2306.15595) rescale positions so that distances stay in the
+# trained range, and fine-tune briefly.
+#
 # ## What to remember
 #
 # * A decoder drives its caches through one interface: `update` (keys after RoPE in, keys to attend
@@ -312,10 +601,21 @@ plt.close(fig)
 #   longer than the window, with several chunk sizes, and against a reference implementation.
 # * Chunked prefill: the cache returns the chunk's first query's `W - 1` predecessors plus the
 #   chunk; `window_mask(q_positions, cache.positions, W)` gives each query its own window.
+# * RoPE rotates queries and keys by their positions; their score depends on the distance only. So
+#   keys are rotated once, cached after rotation, and may sit in any slot, provided positions come
+#   from `seen`. With `len(cache)` the decoder is exact up to `W` tokens and wrong after.
 # * The window is part of the model. Shrinking it at inference saves memory and costs accuracy;
-#   growing it past the trained window can cost even more.
+#   growing it past the trained window shows the model distances it never saw, and costs more.
+# * An explanation that fits a table is a hypothesis until an experiment that could refute it
+#   doesn't.
+#
+# ## Going further
+#
+# * Run the `len(cache)` bug with chunked prefill (`model.step` on chunks of 16). Which goes wrong
+#   first, the rotation or the mask, and what do the logits look like?
+# * Position interpolation: in `loss_with_mask`, rotate with `pos / 2` instead of `pos` and measure
+#   `band(0, 2 * W)` again: every distance is now inside the trained range. Does the loss come back
+#   to the trained window's without fine-tuning? What did halving do to the *near* distances?
 #
 # Next: [lesson 5](05_eviction_policies.ipynb) looks at other eviction rules (LRU, attention
 # sinks), and [lesson 6](06_measuring.ipynb) measures time and memory.
-# **Your turn:** [exercises/06_cached_decode.ipynb](../exercises/06_cached_decode.ipynb) has you write
-# the decode loop yourself.
