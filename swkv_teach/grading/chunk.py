@@ -1,0 +1,284 @@
+"""Check for exercise 07, the chunk contract: ``chunk_mask(q_positions, k_positions, window_size)``.
+
+After a multi-token update a cache returns its keys in *its* order (a ring's slot order, the
+``W - 1`` stored keys then the chunk, ...) together with ``positions``; the chunk's queries must
+be masked from those positions alone. The expected mask is the library's
+:func:`swkv_teach.masks.window_mask` with no sinks: query ``p`` sees key ``s`` iff
+``p - W < s <= p``.
+
+Cases, smallest window first so the first failure prints whole:
+
+1. *a cache's chunks*: the library's ``SlidingWindowKVCache`` and ``RingBufferKVCache`` fed chunks
+   of 1 to ``W + 3`` tokens until at least ``max(4W, 24)`` tokens are seen, ``W = 1..9``; queries
+   are the chunk's positions, keys the cache's ``positions`` (slot order once the ring wrapped);
+2. *keys in any order*: a ring's whole buffer then the chunk, the same shuffled, random subsets
+   with gaps, several wraps, up to 28 keys;
+3. *queries in any order*: shuffled, with gaps, a single decode query.
+
+Positions are int64 or int32 (the two mixed in some cases) on :func:`swkv_teach.device`. Every
+call gets fresh tensors, which must come back unchanged. A wrong mask is named by probing the
+learner's function on a few fixed inputs (:data:`PROBES`) plus the failing case: a bug
+hypothesis (:func:`hypotheses`) is named only when it explains every one of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from swkv_teach.caches import RingBufferKVCache, SlidingWindowKVCache
+from swkv_teach.device import device as pick_device
+from swkv_teach.grading._report import call, fail, learner_name, passed
+from swkv_teach.masks import allowed, window_mask
+
+__all__ = ["check_chunk_mask"]
+
+WINDOWS = range(1, 10)
+DTYPES = ((torch.int64, torch.int64), (torch.int32, torch.int32), (torch.int32, torch.int64), (torch.int64, torch.int32))
+
+
+@dataclass
+class Case:
+    """One call: query and key positions (CPU, int64; cast and moved per call), window, where they came from."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    W: int
+    label: str
+
+
+# ------------------------------------------------------------------ cases
+def _cache_cases():
+    """Chunks through the library's caches: queries = the chunk, keys = ``cache.positions``."""
+    for W in WINDOWS:
+        pattern = [1, 2, W + 1, 1, 1, W, 3, 1, W + 3, 1, 2, 1, 1]
+        for cls in (SlidingWindowKVCache, RingBufferKVCache):
+            cache, fed, n = cls(W), [], 0
+            while cache.seen < max(4 * W, 24):
+                c = pattern[n % len(pattern)]
+                n += 1
+                cache.update(torch.zeros(1, 1, c, 1), torch.zeros(1, 1, c, 1))
+                fed.append(c)
+                seen = cache.seen
+                yield Case(torch.arange(seen - c, seen), cache.positions.clone().cpu(), W,
+                           f"{cls.__name__}(window_size={W}) after chunks of {fed} tokens: q_positions is the "
+                           f"last chunk, k_positions is cache.positions")
+
+
+def _ring_slots(n: int, W: int) -> torch.Tensor:
+    """Positions a ring of ``W`` slots holds after ``n`` tokens, in slot order (slot ``p % W``)."""
+    slots = torch.arange(min(n, W))
+    return slots + W * torch.div(n - 1 - slots, W, rounding_mode="floor")
+
+
+def _any_order_cases(gen: torch.Generator):
+    """Keys in any order, too old ones among them, gaps, 20+ keys; then queries in any order."""
+    for W in (1, 2, 3, 5, 8, 9):
+        for n in (W, 4 * W + 1, 7 * W + 3, 60 + W):  # 0..3 wraps, then many
+            c = 1 + (n + W) % (W + 3)
+            chunk = torch.arange(n, n + c)
+            held = torch.cat([_ring_slots(n, W), chunk])
+            yield Case(chunk, held, W, f"a ring's whole buffer (slot order, {n} tokens seen) then a chunk of {c}")
+            shuffled = held[torch.randperm(len(held), generator=gen)]
+            yield Case(chunk, shuffled, W, f"the same {len(held)} keys shuffled")
+        n = 80 + 3 * W
+        pool = torch.arange(max(0, n - 3 * W - 10), n + W)  # past keys, too old ones included, and the chunk
+        keys = pool[torch.randperm(len(pool), generator=gen)][: max(20, 2 * W + 10)]
+        yield Case(torch.arange(n, n + W), keys, W, f"{len(keys)} keys with gaps, in random order")
+    for W in (2, 3, 5, 8):
+        n = 5 * W + 2
+        keys = torch.cat([_ring_slots(n, W), torch.arange(n, n + W + 2)])
+        chunk = torch.arange(n, n + W + 2)
+        yield Case(chunk[torch.randperm(len(chunk), generator=gen)], keys, W, "queries in shuffled order")
+        yield Case(chunk[::2].flip(0).clone(), keys, W, "queries with gaps, newest first")
+        yield Case(torch.tensor([n + W + 1]), keys, W, "one decode query")
+
+
+def cases() -> list[Case]:
+    """Every case the check runs, in order (the same list every time: its own generator)."""
+    gen = torch.Generator().manual_seed(7)
+    return [*_cache_cases(), *_any_order_cases(gen)]
+
+
+# ------------------------------------------------------------------ diagnosis
+def _p(*values) -> torch.Tensor:
+    return torch.tensor(values)
+
+
+# Fixed inputs on which every hypothesis below gives a different mask (a test checks it): slot-order
+# keys with one just too old, future keys inside the chunk, a gap, a far-past and a far-future key
+# (plain causal vs a wide window, non-causal vs a band), three windows, shuffled queries.
+PROBES = (
+    Case(_p(23, 24, 25, 26), _p(20, 21, 22, 18, 19, 25, 23, 26, 24), 5, "probe"),
+    Case(_p(40, 41, 42), _p(33, 41, 34, 35, 36, 37, 38, 39, 40, 42, 32, 20), 8, "probe"),
+    Case(_p(17, 15, 16), _p(14, 15, 12, 13, 16, 17, 20), 3, "probe"),
+)
+
+
+def hypotheses(q: torch.Tensor, k: torch.Tensor, W: int):
+    """``(mask, bug)`` for each usual wrong answer, most specific first; CPU int64 positions in."""
+    Q, K = q[:, None], k[None, :]
+    nq, nk = len(q), len(k)
+    col = torch.arange(nk)
+    right = window_mask(q, k, W)
+    yield right.T, ("transposed: rows must be queries (one per q_positions entry), columns keys "
+                    "(one per k_positions entry), i.e. shape (len(q_positions), len(k_positions)).")
+    yield ~right, "inverted: True must mean *may attend*."
+    yield allowed(Q, K, W + 1), (
+        "off by one: each query sees W + 1 keys (k >= q - W), which is Mistral's reference one_file_ref.py "
+        "(torch.triu(mask, diagonal=-sliding_window)); this course's convention is W keys, the query's own "
+        "included: q - W < k <= q.")
+    yield allowed(Q, K, W - 1), "off by one: each query sees W - 1 keys; it should see W, its own included (q - W < k)."
+    for w in range(1, 10):
+        yield allowed(Q, K, w), f"the window looks hard-coded to {w}: use window_size."
+    yield K > Q - W, ("not causal: the chunk's own later tokens are keys too, and an earlier query must not see "
+                      "them; add k <= q.")
+    yield (Q - K).abs() < W, "not causal: |q - k| < W also lets a query see the next W - 1 keys; use q - W < k <= q."
+    yield K <= Q, "plain causal attention: the window is missing (q - W < k)."
+    yield allowed(q.max().expand(nq)[:, None], K, W), (
+        "every query got the newest query's row, a decode mask: in a chunk, each query has its own window, "
+        "so build one row per entry of q_positions.")
+    yield allowed(q.min().expand(nq)[:, None], K, W), (
+        "every query got the oldest query's row: each query has its own window, one row per entry of q_positions.")
+    yield allowed(torch.arange(nk - nq, nk)[:, None], col[None, :], W), (
+        "the mask is built from lengths (query i at len(k) - len(q) + i, key j at j), not from the positions: "
+        "a cache's keys do not start at position 0; compare q_positions with k_positions.")
+    yield allowed(Q, (q.max() - nk + 1 + col)[None, :], W), (
+        "each key's position was derived from its column (keys assumed chronological, ending at the chunk), but "
+        "a ring returns keys in slot order: key j is at k_positions[j], read it from there.")
+    yield allowed(Q, k.sort().values[None, :], W), (
+        "columns follow sorted positions: you sorted k_positions, but column j must stay the key at "
+        "k_positions[j], in the cache's order (or un-sort the columns with the inverse permutation).")
+    yield allowed((q[0] + torch.arange(nq))[:, None], K, W), (
+        "rows assume consecutive queries q_positions[0], q_positions[0] + 1, ...; read each query's own "
+        "position from q_positions[i].")
+
+
+def _explains(mask: torch.Tensor, got: torch.Tensor) -> bool:
+    return got.shape == mask.shape and torch.equal(got, mask)
+
+
+def _diagnose(fn, dev, failing: Case, got: torch.Tensor) -> str | None:
+    """The first hypothesis that explains the learner's mask on every probe it answers and on ``failing``."""
+    observed = [(failing, got)]
+    for probe in PROBES:
+        try:
+            out = fn(probe.q.to(dev).clone(), probe.k.to(dev).clone(), probe.W)  # theirs to keep
+        except Exception:
+            continue
+        if isinstance(out, torch.Tensor) and out.dtype == torch.bool:
+            observed.append((probe, out.detach().cpu()))
+    survivors = None
+    for case, out in observed:
+        names = [bug for mask, bug in hypotheses(case.q, case.k, case.W) if _explains(mask, out)]
+        survivors = names if survivors is None else [b for b in survivors if b in names]
+    return survivors[0] if survivors else None
+
+
+# ------------------------------------------------------------------ messages
+def _positions(t: torch.Tensor, limit: int = 40) -> str:
+    vals = t.tolist()
+    text = ", ".join(map(str, vals[:limit])) + (", ..." if len(vals) > limit else "")
+    return f"[{text}]"
+
+
+def _table(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor, title: str) -> list[str]:
+    """The mask with its key positions above and query positions beside, 1 = may attend."""
+    width = max(len(str(int(x))) for x in torch.cat([q, k])) + 1
+    labels = [f"{title}, key at:"] + [f"  query {p}" for p in q.tolist()]
+    pad = max(map(len, labels))
+    rows = [labels[0].ljust(pad) + "".join(str(int(x)).rjust(width) for x in k)]
+    for label, row in zip(labels[1:], mask.tolist()):
+        rows.append(label.ljust(pad) + "".join(("1" if x else ".").rjust(width) for x in row))
+    return rows
+
+
+def _first_difference(exp: torch.Tensor, got: torch.Tensor, case: Case) -> str:
+    a, b = (int(x) for x in torch.nonzero(exp != got)[0])
+    p, s, W = int(case.q[a]), int(case.k[b]), case.W
+    why = f"{p} - {W} < {s} <= {p}" if exp[a, b] else (
+        f"{s} > {p}: a later key" if s > p else f"{s} <= {p} - {W}: out of the window")
+    return (f"query at position {p} (row {a}) and key at position {s} (column {b}): expected "
+            f"{'visible' if exp[a, b] else 'masked'} ({why}), got {'visible' if got[a, b] else 'masked'}.")
+
+
+def _dtype_failure(head, got: torch.Tensor, exp: torch.Tensor):
+    g = got.detach().cpu()
+    if g.is_floating_point():
+        if torch.equal(g == 0, exp) and bool(torch.isneginf(g[~exp]).all()):
+            return fail(head, f"returned an additive float mask ({g.dtype}: 0 where a key is visible, -inf where it "
+                        "is masked); expected the bool mask window_mask returns, True = may attend.",
+                        hint="the additive form is one step later, inside attention (masked_fill(~mask, -inf)); "
+                        "return the comparisons combined with &, which are bool already.")
+        if torch.equal(g == 1, exp) and bool((g[~exp] == 0).all()):
+            return fail(head, f"returned 0./1. floats ({g.dtype}); expected torch.bool.",
+                        hint="scaled_dot_product_attention adds a float mask to the scores, so 0/1 floats would "
+                        "let every key through: return the bool comparisons themselves, without .float().")
+        return fail(head, f"returned dtype {g.dtype}; expected torch.bool (True = may attend).",
+                    hint="comparisons (<=, >) give bool tensors; combine them with &.")
+    return fail(head, f"returned dtype {g.dtype}; expected torch.bool (True = may attend).",
+                hint="0/1 integers are not a mask PyTorch accepts as one: keep the bool comparisons, no .int()/.long().")
+
+
+def _call_line(name: str, case: Case, qd, kd, dev) -> str:
+    return (f"{name}(q_positions, k_positions, window_size={case.W}) with q_positions={_positions(case.q)} "
+            f"({str(qd).replace('torch.', '')}), k_positions={_positions(case.k)} "
+            f"({str(kd).replace('torch.', '')}), on {dev.type}")
+
+
+# ------------------------------------------------------------------ the check
+def _check_case(fn, name: str, case: Case, qd, kd, dev) -> None:
+    head = _call_line(name, case, qd, kd, dev)
+    # clone(): on the CPU, .to() of an int64 tensor returns the case's own tensor, which the answer may write to
+    q, k = case.q.to(device=dev, dtype=qd).clone(), case.k.to(device=dev, dtype=kd).clone()
+    q_before, k_before = q.clone(), k.clone()
+    got = call(head, f"{name}()", fn, q, k, case.W)
+    nq, nk = len(case.q), len(case.k)
+    for arg, now, before in (("q_positions", q, q_before), ("k_positions", k, k_before)):
+        if now.shape != before.shape or now.dtype != before.dtype or not torch.equal(now, before):
+            raise fail(head, case.label, f"changed its argument {arg} in place: it was {_positions(before.cpu())}, "
+                       f"it is now {now.cpu().tolist()} (shape {tuple(now.shape)}).",
+                       hint="the positions belong to the cache: use out-of-place operations "
+                       "(unsqueeze, not unsqueeze_; sort() returns a new tensor), or work on a .clone().")
+    if not isinstance(got, torch.Tensor):
+        raise fail(head, case.label, f"returned {type(got).__name__}; expected a torch.Tensor of shape ({nq}, {nk}).",
+                   hint="build the mask with torch operations on the two position tensors and return it.")
+    if tuple(got.shape) != (nq, nk):
+        transposed = tuple(got.shape) == (nk, nq)
+        raise fail(head, case.label, f"returned shape {tuple(got.shape)}; expected ({nq}, {nk}): one row per query, "
+                   "one column per key.",
+                   hint="transposed: rows must be queries, columns keys; put q_positions on the rows "
+                   "(q_positions[:, None]) and k_positions on the columns (k_positions[None, :])." if transposed
+                   else "the mask is 2-D, (len(q_positions), len(k_positions)); attention broadcasts it over batch "
+                   "and heads.")
+    exp = window_mask(case.q, case.k, case.W)
+    if got.dtype != torch.bool:
+        raise _dtype_failure(head, got, exp)
+    if got.device != q.device:
+        raise fail(head, case.label, f"returned the mask on device {got.device}; the positions are on {q.device}.",
+                   hint="attention masks scores on the positions' device: build from the position tensors "
+                   "themselves, or create any new tensor with device=q_positions.device.")
+    got = got.detach().cpu()
+    if not torch.equal(got, exp):
+        lines = [case.label, _first_difference(exp, got, case)]
+        if nq <= 12 and nk <= 24:
+            lines += ["rows are queries, columns keys, 1 = may attend:",
+                      *_table(exp, case.q, case.k, "expected"), *_table(got, case.q, case.k, "got")]
+        hint = _diagnose(fn, dev, case, got)
+        raise fail(head, *lines, hint=hint or "key s is visible to query p exactly when p - W < s <= p, "
+                   "whatever the order of the keys; compare every query position with every key position.")
+
+
+def check_chunk_mask(fn) -> None:
+    """Exercise 07: compare ``fn(q_positions, k_positions, window_size)`` with the library's ``window_mask``."""
+    name = learner_name(fn) if callable(fn) else "your function"
+    dev = pick_device()
+    todo = cases()
+    for n, case in enumerate(todo):
+        qd, kd = DTYPES[n % len(DTYPES)]
+        _check_case(fn, name, case, qd, kd, dev)
+    chunks = sum(1 for c in todo if len(c.q) > 1)
+    most = max(len(c.k) for c in todo)
+    passed(f"{name} matches window_mask on all {len(todo)} cases ({chunks} multi-token chunks; windows 1..9; keys "
+           f"from the sliding and ring caches, shuffled, with gaps, up to {most}; int32 and int64 positions).")

@@ -1,0 +1,170 @@
+"""Wrong answers to exercise 07, chunk_mask(q_positions, k_positions, window_size).
+
+Each is a mistake a learner makes on the chunk contract; the words after the check name must
+appear in the message that rejects it. The last two have no named diagnosis: their messages must
+say plainly which query and key differ.
+"""
+
+import torch
+
+from tests.wrong_answers import wrong
+
+NAME = "check_chunk_mask"
+
+
+def _qk(q_positions, k_positions):
+    return q_positions[:, None], k_positions[None, :]
+
+
+@wrong(NAME, "w + 1", "mistral")
+def mistral_reference_w_plus_1(q_positions, k_positions, window_size):
+    """`k >= q - W`, Mistral's one_file_ref.py convention: W + 1 keys per query."""
+    q, k = _qk(q_positions, k_positions)
+    return (k <= q) & (k >= q - window_size)
+
+
+@wrong(NAME, "w - 1")
+def w_minus_1(q_positions, k_positions, window_size):
+    """`k > q - W + 1`: the query's own key forgotten in the count, W - 1 keys."""
+    q, k = _qk(q_positions, k_positions)
+    return (k <= q) & (k > q - window_size + 1)
+
+
+@wrong(NAME, "not causal", "later tokens")
+def window_without_causality(q_positions, k_positions, window_size):
+    """Only the window's lower edge: the chunk's later tokens are visible to its earlier queries."""
+    q, k = _qk(q_positions, k_positions)
+    return k > q - window_size
+
+
+@wrong(NAME, "not causal", "|q - k|")
+def symmetric_band(q_positions, k_positions, window_size):
+    """`|q - k| < W`: a band around the query, later keys included."""
+    q, k = _qk(q_positions, k_positions)
+    return (q - k).abs() < window_size
+
+
+@wrong(NAME, "plain causal")
+def causal_only(q_positions, k_positions, window_size):
+    """Causal, the window forgotten (the cache already trimmed, hasn't it?)."""
+    q, k = _qk(q_positions, k_positions)
+    return k <= q
+
+
+@wrong(NAME, "slot order", "k_positions[j]")
+def positions_from_column_index(q_positions, k_positions, window_size):
+    """Assumes the keys are chronological and end at the chunk: key j at newest - len(k) + 1 + j."""
+    n = len(k_positions)
+    k = q_positions.max() - n + 1 + torch.arange(n, device=k_positions.device)
+    q = q_positions[:, None]
+    return (k[None, :] <= q) & (k[None, :] > q - window_size)
+
+
+@wrong(NAME, "lengths", "not from the positions")
+def mask_from_lengths(q_positions, k_positions, window_size):
+    """Exercise 02's mask on indices: queries are the last len(q) of len(k) keys, positions unused."""
+    nq, nk = len(q_positions), len(k_positions)
+    i = torch.arange(nk - nq, nk, device=q_positions.device)[:, None]
+    j = torch.arange(nk, device=q_positions.device)[None, :]
+    return (j <= i) & (j > i - window_size)
+
+
+@wrong(NAME, "sorted", "k_positions[j]")
+def sorts_keys_first(q_positions, k_positions, window_size):
+    """Sorts k_positions (to 'fix' the ring order) and returns the mask in sorted column order."""
+    q, k = _qk(q_positions, k_positions.sort().values)
+    return (k <= q) & (k > q - window_size)
+
+
+@wrong(NAME, "transposed")
+def keys_on_rows(q_positions, k_positions, window_size):
+    """Rows are keys, columns queries: shape (keys, queries)."""
+    k, q = k_positions[:, None], q_positions[None, :]
+    return (k <= q) & (k > q - window_size)
+
+
+@wrong(NAME, "additive", "-inf")
+def additive_float_mask(q_positions, k_positions, window_size):
+    """0 / -inf floats, the form added to the scores, instead of the bool mask."""
+    q, k = _qk(q_positions, k_positions)
+    keep = (k <= q) & (k > q - window_size)
+    return torch.zeros(keep.shape, device=keep.device).masked_fill(~keep, float("-inf"))
+
+
+@wrong(NAME, "float", "adds")
+def zero_one_floats(q_positions, k_positions, window_size):
+    """Right pattern as 0./1. floats."""
+    q, k = _qk(q_positions, k_positions)
+    return ((k <= q) & (k > q - window_size)).float()
+
+
+@wrong(NAME, "torch.bool", "0/1 integers")
+def zero_one_integers(q_positions, k_positions, window_size):
+    """Right pattern as int64 via .long()."""
+    q, k = _qk(q_positions, k_positions)
+    return ((k <= q) & (k > q - window_size)).long()
+
+
+@wrong(NAME, "hard-coded to 4")
+def hard_coded_window(q_positions, k_positions, window_size):
+    """The window of the worked example, 4, instead of window_size."""
+    q, k = _qk(q_positions, k_positions)
+    return (k <= q) & (k > q - 4)
+
+
+@wrong(NAME, "inverted")
+def inverted(q_positions, k_positions, window_size):
+    """True where attention is forbidden."""
+    q, k = _qk(q_positions, k_positions)
+    return ~((k <= q) & (k > q - window_size))
+
+
+@wrong(NAME, "newest query's row", "decode mask")
+def decode_row_for_every_query(q_positions, k_positions, window_size):
+    """The one-token decode mask (newest position) repeated for every query of the chunk."""
+    p = q_positions.max()
+    row = (k_positions <= p) & (k_positions > p - window_size)
+    return row[None, :].expand(len(q_positions), -1)
+
+
+@wrong(NAME, "consecutive", "q_positions[i]")
+def queries_assumed_consecutive(q_positions, k_positions, window_size):
+    """Rebuilds the queries as q_positions[0] + arange(len(q))."""
+    q = (q_positions[0] + torch.arange(len(q_positions), device=q_positions.device))[:, None]
+    k = k_positions[None, :]
+    return (k <= q) & (k > q - window_size)
+
+
+@wrong(NAME, "in place", "q_positions")
+def unsqueezes_in_place(q_positions, k_positions, window_size):
+    """unsqueeze_ instead of unsqueeze: the right mask, but the caller's q_positions is now (queries, 1)."""
+    q = q_positions.unsqueeze_(1)
+    k = k_positions[None, :]
+    return (k <= q) & (k > q - window_size)
+
+
+@wrong(NAME, "device", needs_accelerator=True)
+def loops_into_a_cpu_tensor(q_positions, k_positions, window_size):
+    """Python loops filling torch.zeros(...) created without device=: a CPU mask for GPU positions."""
+    qs, ks = q_positions.tolist(), k_positions.tolist()
+    m = torch.zeros(len(qs), len(ks), dtype=torch.bool)
+    for a, p in enumerate(qs):
+        for b, s in enumerate(ks):
+            m[a, b] = p - window_size < s <= p
+    return m
+
+
+@wrong(NAME, "query at position", "column")
+def unsorts_with_the_wrong_permutation(q_positions, k_positions, window_size):
+    """Sorts the keys, builds the mask, then 'un-sorts' with order instead of its inverse."""
+    ks, order = k_positions.sort()
+    q = q_positions[:, None]
+    m = (ks[None, :] <= q) & (ks[None, :] > q - window_size)
+    return m[:, order]
+
+
+@wrong(NAME, "key at position 0", "expected visible")
+def window_start_clamped_at_zero(q_positions, k_positions, window_size):
+    """`k > max(q - W, 0)`: 'no negative positions', which hides key 0 from the first W queries."""
+    q, k = _qk(q_positions, k_positions)
+    return (k <= q) & (k > (q - window_size).clamp(min=0))
