@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from swkv_teach.grading._report import ExerciseFailed
 from swkv_teach.grading.caches import check_ring_buffer_cache, check_sink_cache, check_sliding_window_cache
+from swkv_teach.grading.chunk import check_chunk_mask
 from swkv_teach.grading.decode import check_cached_decode
 from swkv_teach.grading.lru import check_lru_cache
 from swkv_teach.grading.masks import check_sliding_window_mask
@@ -46,6 +47,7 @@ EXERCISES = {
         Exercise("04", "lru_cache", "check_lru_cache", "LRUCache", 2),
         Exercise("05", "sink_cache", "check_sink_cache", "SinkCache", 3),
         Exercise("06", "cached_decode", "check_cached_decode", "decode_step", 3),
+        Exercise("07", "chunk_mask", "check_chunk_mask", "chunk_mask", 2),
     )
 }
 
@@ -54,6 +56,7 @@ __all__ = [
     "Exercise",
     "ExerciseFailed",
     "check_cached_decode",
+    "check_chunk_mask",
     "check_lru_cache",
     "check_ring_buffer_cache",
     "check_sink_cache",
