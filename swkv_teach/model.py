@@ -21,6 +21,12 @@ interface: ``update`` (keys *after* RoPE in, keys to attend over out),
 ``positions`` (their absolute positions, for the mask) and ``seen`` (where
 the next token's rotary position starts). Never ``len(cache)``: a full
 window holds ``W`` tokens however many came before.
+
+What a decode step does once, not once per layer: the new tokens' positions
+and their RoPE angles (:meth:`Decoder.step`). What it skips: the mask, when
+one query attends over a cache that returns only keys inside its window
+(``KVCache.one_token_in_window``, see :func:`needs_no_mask`). Lesson 4 spells
+the step out with the mask; the tests hold both paths to the oracle.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from swkv_teach._validate import check_nonnegative_int, check_positive_int
 from swkv_teach.attention import cached_attention
 from swkv_teach.caches import CACHE_KINDS, KVCache, make_cache
 
-__all__ = ["Attention", "Block", "Decoder", "DecoderConfig", "LayerCaches", "MLP", "RMSNorm", "rotary"]
+__all__ = ["Attention", "Block", "Decoder", "DecoderConfig", "LayerCaches", "MLP", "RMSNorm", "needs_no_mask", "rotary"]
 
 
 @dataclass
@@ -74,6 +80,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            # the three lines below in one fused op (7 ops -> 1 per norm, 5 norms a step); in float32 there
+            # is no cast between them, and test_model checks the two agree bit for bit
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
@@ -115,21 +125,37 @@ class Attention(nn.Module):
         super().__init__()
         self.config = config
         c = config
-        self.q_proj = nn.Linear(c.dim, c.n_heads * c.head_dim, bias=False)
-        self.k_proj = nn.Linear(c.dim, c.n_kv_heads * c.head_dim, bias=False)
-        self.v_proj = nn.Linear(c.dim, c.n_kv_heads * c.head_dim, bias=False)
+        # q, k and v from one matmul: rows [0, nh·hd) project the queries, the next nkv·hd the keys,
+        # the last nkv·hd the values (Hugging Face's q_proj, k_proj, v_proj stacked in that order;
+        # a state dict with those three loads too, see _load_from_state_dict)
+        self.qkv_proj = nn.Linear(c.dim, (c.n_heads + 2 * c.n_kv_heads) * c.head_dim, bias=False)
         self.o_proj = nn.Linear(c.n_heads * c.head_dim, c.dim, bias=False)
 
-    def qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Project and rotate: q ``(B, n_heads, T, hd)``, k and v ``(B, n_kv_heads, T, hd)``, RoPE applied."""
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # q_proj/k_proj/v_proj (Hugging Face's names, and checkpoints saved before the fused projection):
+        # stacking them in qkv_proj's row order gives the same q, k and v
+        parts = [f"{prefix}{name}.weight" for name in ("q_proj", "k_proj", "v_proj")]
+        if all(p in state_dict for p in parts):
+            state_dict[f"{prefix}qkv_proj.weight"] = torch.cat([state_dict.pop(p) for p in parts])
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def qkv(
+        self, x: torch.Tensor, positions: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Project and rotate: q ``(B, n_heads, T, hd)``, k and v ``(B, n_kv_heads, T, hd)``, RoPE applied.
+
+        ``rope``: ``rotary(positions, ...)`` when the caller already has it
+        (:meth:`Decoder.step` computes it once for all layers).
+        """
         B, T, _ = x.shape
         c = self.config
-        positions = positions.to(x.device)  # positions made on the CPU must not break a GPU run
-        q = self.q_proj(x).view(B, T, c.n_heads, c.head_dim).transpose(1, 2)  # (B, nh, T, hd)
-        k = self.k_proj(x).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
-        v = self.v_proj(x).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
-        cos, sin = rotary(positions, c.head_dim, c.rope_theta, x.dtype)
-        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+        nh, nkv = c.n_heads, c.n_kv_heads
+        if rope is None:
+            positions = positions.to(x.device)  # positions made on the CPU must not break a GPU run
+            rope = rotary(positions, c.head_dim, c.rope_theta, x.dtype)
+        qkv = self.qkv_proj(x).view(B, T, nh + 2 * nkv, c.head_dim).transpose(1, 2)  # (B, nh + 2·nkv, T, hd)
+        qk = apply_rotary(qkv[:, : nh + nkv], *rope)  # queries and keys rotated together, by the same angles
+        return qk[:, :nh], qk[:, nh:], qkv[:, nh + nkv :]
 
     def attend(
         self,
@@ -153,6 +179,39 @@ class Attention(nn.Module):
         # SDPA does the grouping itself, so the window is not copied group times per step
         y = cached_attention(q, k, v, q_positions, k_positions, W, num_sinks)  # (B, nh, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, nh * hd))
+
+    def attend_unmasked(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """One query ``(B, nh, 1, hd)`` over keys/values ``(B, nkv, n, hd)`` it may all see -> ``(B, 1, dim)``.
+
+        The caller vouches that every key is visible (:func:`needs_no_mask`), so
+        there is no mask to build. GQA without a copy: the ``group`` query heads
+        of key head ``h`` are one token's queries over the same keys, so they go
+        in as ``group`` queries of head ``h`` (with no mask, SDPA cannot tell
+        them from a sequence); each key is then read once per key head, not
+        once per query head.
+        """
+        B, nh, _, hd = q.shape
+        nkv = k.shape[1]
+        y = F.scaled_dot_product_attention(q.reshape(B, nkv, nh // nkv, hd), k, v)  # (B, nkv, group, hd)
+        return self.o_proj(y.reshape(B, 1, nh * hd))
+
+
+def needs_no_mask(cache, tokens: int, window_size: int, num_sinks: int) -> bool:
+    """Whether the keys ``cache.update`` just returned are all visible to its new queries, so no mask is needed.
+
+    True for one new token and a cache that declares
+    ``one_token_in_window`` (every key a one-token update returns is inside
+    the cache's own window and sinks; tests/test_model.py checks it at every
+    step of every such cache), when that window and those sinks are no wider
+    than the mask's: :func:`~swkv_teach.masks.window_mask` would then be all
+    True. A chunk's queries each need their own window, so chunks are masked.
+    """
+    return (
+        tokens == 1
+        and getattr(cache, "one_token_in_window", False)
+        and cache.window_size <= window_size
+        and getattr(cache, "num_sinks", 0) <= num_sinks
+    )
 
 
 class MLP(nn.Module):
@@ -185,18 +244,25 @@ class Block(nn.Module):
         cache: KVCache | None = None,
         num_sinks: int = 0,
         window_size: int | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``x`` ``(B, T, dim)`` at absolute ``positions`` ``(T,)`` -> ``(B, T, dim)``.
 
         Without a cache the tokens attend among themselves (the oracle); with
         one, the cache turns this chunk's keys into what it should attend over.
+        ``rope``: the positions' ``rotary`` angles, when the caller made them once for every layer.
         """
-        q, k, v = self.attn.qkv(self.attn_norm(x), positions)
-        k_positions = positions
-        if cache is not None:
+        W = self.attn.config.window_size if window_size is None else window_size
+        q, k, v = self.attn.qkv(self.attn_norm(x), positions, rope)
+        if cache is None:
+            y = self.attn.attend(q, k, v, positions, positions, num_sinks, W)
+        else:
             k, v = cache.update(k, v)  # keys cached after RoPE
-            k_positions = cache.positions.to(positions.device)
-        x = x + self.attn.attend(q, k, v, positions, k_positions, num_sinks, window_size)
+            if needs_no_mask(cache, x.shape[1], W, num_sinks):
+                y = self.attn.attend_unmasked(q, k, v)
+            else:
+                y = self.attn.attend(q, k, v, positions, cache.positions, num_sinks, W)
+        x = x + y
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -272,8 +338,9 @@ class Decoder(nn.Module):
         check_nonnegative_int("num_sinks", num_sinks)
         positions = torch.arange(T, device=input_ids.device)  # (T,)
         x = self.embed(input_ids)  # (B, T, dim)
+        rope = rotary(positions, self.config.head_dim, self.config.rope_theta, x.dtype)  # once, for every layer
         for layer in self.layers:
-            x = layer(x, positions, None, num_sinks, window_size)
+            x = layer(x, positions, None, num_sinks, window_size, rope)
         return self.lm_head(self.norm(x))  # (B, T, vocab)
 
     # ------------------------------------------------------------------ with caches
@@ -306,8 +373,9 @@ class Decoder(nn.Module):
         start = caches[0].seen
         positions = torch.arange(start, start + c, device=input_ids.device)  # (c,) absolute
         x = self.embed(input_ids)  # (B, c, dim)
+        rope = rotary(positions, self.config.head_dim, self.config.rope_theta, x.dtype)  # once, for every layer
         for layer, cache in zip(self.layers, caches):
-            x = layer(x, positions, cache, S, W)
+            x = layer(x, positions, cache, S, W, rope)
         return self.lm_head(self.norm(x))  # (B, c, vocab)
 
     @torch.no_grad()

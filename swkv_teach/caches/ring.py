@@ -40,6 +40,7 @@ class RingBufferKVCache(KVCache):
     """
 
     num_sinks = 0  # slots pinned to the first positions; SinkKVCache sets it
+    one_token_in_window = True  # a one-token update returns the filled slots: sinks and the last W (base.py)
 
     def __init__(self, window_size: int):
         self.window_size = check_positive_int("window_size", window_size)

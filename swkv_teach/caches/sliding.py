@@ -37,6 +37,8 @@ class SlidingWindowKVCache(KVCache):
     ``W`` are kept afterwards.
     """
 
+    one_token_in_window = True  # a one-token update returns the last W tokens, itself included (base.py)
+
     def __init__(self, window_size: int):
         self.window_size = check_positive_int("window_size", window_size)
         self.k: torch.Tensor | None = None  # (batch, heads, <= W, head_dim)
