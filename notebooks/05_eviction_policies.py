@@ -12,6 +12,16 @@
 # %% [markdown]
 # # Lesson 5 — Eviction policies: LRU, the window, and attention sinks
 #
+# **Time:** about 40 minutes. **You need:** lessons 1–4 (the ring buffer, positions, the trained
+# decoder and RoPE).
+#
+# **By the end you will be able to**
+#
+# * tell an LRU cache from a sliding window, and show exactly when they part ways;
+# * find and fix the five bugs of a published attention demo, and explain each;
+# * build attention sinks on a ring buffer and say what a sink's position means under RoPE;
+# * judge an eviction policy the only reliable way: by measuring it on the model.
+#
 # A sliding window evicts by **age**: when token `p` arrives, token `p - W` leaves, whatever
 # happened to it. Other rules are possible, and two come up again and again:
 #
@@ -20,7 +30,7 @@
 # * **Attention sinks** (StreamingLLM, Xiao et al. 2023): keep the first few tokens forever, plus
 #   the last `W`.
 #
-# This lesson fixes the blog's demo, shows exactly how LRU drifts away from sliding-window
+# This lesson fixes the blog's demo (second seed document of the course), shows exactly how LRU drifts away from sliding-window
 # attention as soon as anything *reads* the cache, builds sinks, and tries sinks on the trained
 # model of lesson 4, with an honest result.
 #
@@ -29,6 +39,8 @@
 
 # %%
 # %matplotlib inline
+import math
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -43,6 +55,8 @@ from swkv_teach.trace import record
 
 torch.manual_seed(0)
 torch.set_num_threads(1)  # tiny tensors and a tiny model: one thread is as fast, and steadier
+plt.rcParams.update({"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 10})
+DPI = 110
 dev = swkv_teach.device()
 
 
@@ -80,10 +94,11 @@ print("after peek(2):      ", lru.ids(), "(peek changes nothing)")
 # FIFO, and FIFO with one token per step is exactly the sliding window. That is why the blog's
 # sanity check (8 puts into a cache of 5, tokens 3–7 survive) passes. The trouble starts with `get`.
 #
-# ## 2. Four bugs in the blog's attention demo
+# ## 2. Five bugs in the blog's attention demo
 #
-# The post wires the cache into attention with `attention_with_cache(query, cache, max_window)`.
-# It has four bugs; each is one line, and each teaches something.
+# The post wires the cache into attention with `attention_with_cache(query, cache, max_window)`,
+# on top of its own `scaled_dot_product_attention(query, keys, values, mask)`. Together they have
+# five bugs; each is one line, and each teaches something.
 #
 # **Bug 1: `np.softmax` does not exist.** NumPy has no softmax, so the demo cannot have run:
 
@@ -104,12 +119,31 @@ for shape in [(5, 8), (2, 3, 5, 8)]:
     print(f"keys {shape}: blog's transpose -> {blog}, wanted {np.swapaxes(keys, -1, -2).shape}")
 
 # %% [markdown]
-# **Bug 3: `range(max_window)` looks up the oldest ids.** The loop reads ids `0 .. max_window - 1`.
+# **Bug 3: no scaling.** The demo's comment says `scores = Q @ K^T / sqrt(dk)`; the line under it
+# computes `query @ keys...` and never divides. Dot products of `d`-dimensional vectors with unit-
+# variance entries have a standard deviation of about `√d`, so without the division the scores grow
+# with the head size and the softmax piles the weight onto one key (in training, its gradients
+# vanish).
+# The `/ √d` keeps the scores' spread near 1 whatever `d` is. With the transpose fixed, `d = 64`:
+
+# %%
+g = torch.Generator().manual_seed(0)
+d = 64
+q, keys, values = torch.randn(d, generator=g), torch.randn(8, d, generator=g), torch.randn(8, d, generator=g)
+unscaled = torch.softmax(keys @ q, dim=-1)                       # what the demo's code computes
+scaled = torch.softmax(keys @ q / math.sqrt(d), dim=-1)          # what its comment says
+print(f"score spread (std): unscaled {(keys @ q).std().item():.1f}, scaled {(keys @ q / math.sqrt(d)).std().item():.1f}")
+print(f"largest attention weight: unscaled {unscaled.max().item():.2f}, scaled {scaled.max().item():.2f}")
+print("scaled version == swkv_teach.attention (to 1e-6):",
+      torch.allclose(scaled @ values, attention(q[None], keys, values)[0], atol=1e-6))
+
+# %% [markdown]
+# **Bug 4: `range(max_window)` looks up the oldest ids.** The loop reads ids `0 .. max_window - 1`.
 # Token ids here are positions, so those are the *first* tokens of the sequence, the very ones
 # eviction removed. After 8 tokens in a cache of 5, only 3 and 4 are found; 5, 6, 7 (the newest)
 # are never read.
 #
-# **Bug 4: `get` promotes what it reads.** Each lookup moves the id to the most-recent end. So the
+# **Bug 5: `get` promotes what it reads.** Each lookup moves the id to the most-recent end. So the
 # demo, just by *reading*, changes what the next `put` evicts: after it, token 5 is evicted next,
 # not token 3.
 
@@ -125,10 +159,25 @@ lru.put(8, "k8", "v8")
 print("after put(8):        ", lru.ids(), "-> 5 was evicted; 3 and 4 outlive the window")
 
 # %% [markdown]
-# **The fix** (`swkv_teach.attention_with_cache`): read every stored entry in the cache's own order
-# with `peek` (no promotion), stack keys and values, and use the library's `attention`, which
-# transposes the last two axes. Checked against the full-sequence oracle, and the read leaves the
-# cache's order alone:
+# **The fix**: read every stored entry in the cache's own order with `peek` (no promotion), stack
+# keys and values, swap the last two axes of the keys, scale, and use `torch.softmax`. Written out:
+
+# %%
+def attention_with_cache_fixed(query, cache):
+    """One query (d,) over every entry of an LRU cache whose keys and values are (d,) tensors."""
+    entries = [cache.peek(i) for i in cache.ids()]  # all stored ids, no promotion
+    if not entries:
+        return torch.zeros_like(query)
+    keys = torch.stack([k for k, _ in entries])  # (n, d)
+    values = torch.stack([v for _, v in entries])  # (n, d)
+    weights = torch.softmax(keys @ query / math.sqrt(query.shape[-1]), dim=-1)  # (n,)
+    return weights @ values  # (d,)
+
+
+# %% [markdown]
+# The library's `swkv_teach.attention_with_cache` is the same (it also accepts non-tensor entries).
+# Checked against the full-sequence oracle, against the library's, and the read leaves the cache's
+# order alone:
 
 # %%
 W, T, D = 5, 8, 4
@@ -137,9 +186,11 @@ lru = LRUKVCache(W)
 for t in range(T):
     lru.put(t, K[0, 0, t], V[0, 0, t])
 before = lru.ids()
-out = attention_with_cache(Q[0, 0, -1], lru)                   # query T-1 over the cache
+out = attention_with_cache_fixed(Q[0, 0, -1], lru)             # query T-1 over the cache
 oracle = sliding_window_attention(Q, K, V, W)[0, 0, -1]        # row T-1 of the no-cache oracle
 print("fixed demo == oracle (to 1e-5):", torch.allclose(out, oracle, atol=1e-5))
+print("fixed demo == swkv_teach.attention_with_cache (to 1e-6):",
+      torch.allclose(out, attention_with_cache(Q[0, 0, -1], lru), atol=1e-6))
 print("reading changed the order:", lru.ids() != before)
 
 # %% [markdown]
@@ -183,13 +234,13 @@ print("cache holds:", sorted(looked_up.ids()), "| the window of query", T - 1, "
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-fig, ax = plt.subplots(figsize=(6.4, 3), dpi=90)
+fig, ax = plt.subplots(figsize=(6.6, 3.4), dpi=DPI)
 ax.axvspan(-0.5, W - 0.5, color="#EEEEEE", label="window not full yet")
 ax.plot(diff_looked_up, marker=".", color="#D62728", label="LRU, get(0) every step")
 ax.plot(diff_untouched, marker=".", color="#4C72B0", label="LRU, never read")
 ax.set(xlabel="decode step (query position)", ylabel="max |output - oracle|",
-       title=f"Attention over an LRU cache vs the sliding-window oracle (W={W})")
-ax.legend(fontsize=8, loc="upper left")
+       title=f"An LRU cache read at token 0 leaves the window (W={W})")
+ax.legend(loc="upper left")
 ax.grid(alpha=0.3)
 fig.tight_layout()
 plt.show()
@@ -226,7 +277,7 @@ display(fig)
 #
 # ## 4. Attention sinks
 #
-# StreamingLLM observed that trained models put a large share of attention on the **first few
+# StreamingLLM (Xiao et al. 2023, arXiv:2309.17453) observed that trained models put a large share of attention on the **first few
 # tokens**, whatever they say: softmax weights must sum to 1, and a head with nothing useful to
 # look at parks the weight on tokens every query has always seen. Evict those and some heads lose
 # their parking spot; quality drops sharply once the window slides past the start. The fix: keep
@@ -246,19 +297,36 @@ print("stored, in order:   ", sinks.stored_positions().tolist(), "| seen:", sink
 
 # %% [markdown]
 # Positions 0 and 1 stay in slots 0 and 1; positions 2, 3, … cycle through slots 2–5 (position `p` in
-# slot `2 + (p - 2) % 4`), so position 10 has just overwritten position 6 in slot 2. Decode
-# attention over this cache must equal the oracle with the mask `j < S or i - W < j`:
+# slot `2 + (p - 2) % 4`), so position 10 has just overwritten position 6 in slot 2.
+#
+# **Your turn:** [exercises/05_sink_cache.ipynb](../exercises/05_sink_cache.ipynb) has you build
+# the sink cache on top of a ring buffer; the grader replays long streams against the oracle.
+#
+# Decode attention over this cache must equal the oracle with the rule `j <= i and (j < S or
+# i - W < j)`. It is lesson 4's `attend_readable` with one more term in the mask; `cached_attention`
+# (the library's, on PyTorch's fused kernel) takes `num_sinks` for it. Written out, for one head
+# group:
 
 # %%
+def attend_with_sinks(q, k, v, q_pos, k_pos, W, S):
+    """q (B, H, c, d); k, v (B, H, n, d) in any order; q_pos (c,), k_pos (n,) absolute positions."""
+    i, j = q_pos[:, None], k_pos[None, :]
+    allowed = (j <= i) & ((j < S) | (i - W < j))  # sinks, or inside the window
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~allowed, float("-inf"))
+    return scores.softmax(dim=-1) @ v
+
+
 S, W, T, D = 2, 4, 20, 8
 Q, K, V = randn(1, 2, T, D, seed=7), randn(1, 2, T, D, seed=8), randn(1, 2, T, D, seed=9)
 oracle = sliding_window_attention(Q, K, V, W, num_sinks=S)
 cache, worst = SinkKVCache(S, W), 0.0
 for t in range(T):
     k, v = cache.update(K[:, :, t : t + 1], V[:, :, t : t + 1])
-    out = cached_attention(Q[:, :, t : t + 1], k, v, torch.tensor([t]), cache.positions, W, S)
-    worst = max(worst, (out - oracle[:, :, t : t + 1]).abs().max().item())
-print(f"sink cache == oracle with {S} sinks over {T} steps (to 1e-5):", worst < 1e-5)
+    q_pos = torch.tensor([t], device=dev)
+    out = attend_with_sinks(Q[:, :, t : t + 1], k, v, q_pos, cache.positions.to(dev), W, S)
+    lib = cached_attention(Q[:, :, t : t + 1], k, v, q_pos, cache.positions, W, S)
+    worst = max(worst, (out - oracle[:, :, t : t + 1]).abs().max().item(), (lib - out).abs().max().item())
+print(f"sink cache == oracle with {S} sinks over {T} steps, written out and the library's (to 1e-5):", worst < 1e-5)
 
 # %% [markdown]
 # ### Keys after RoPE: what a sink's position means
@@ -268,8 +336,9 @@ print(f"sink cache == oracle with {S} sinks over {T} steps (to 1e-5):", worst < 
 # distance 10 000. That is the exact rule `j < S or i - W < j`, and it is cheap: nothing is
 # rotated twice.
 #
-# StreamingLLM does something else: it caches keys **before** RoPE and rotates them on every step
-# with their positions *inside the cache* (`0 .. S + W - 1`). Then the sink sits at distance at
+# StreamingLLM does something else (Xiao et al. 2023, arXiv:2309.17453, §3.2): it assigns positions
+# *inside the cache* (`0 .. S + W - 1`), so keys are cached **before** RoPE and rotated on every
+# step. Then the sink sits at distance at
 # most `S + W - 1` from any query, a distance the model knows from training. That changes the
 # model's outputs (it is no longer plain sliding-window attention with sinks) and needs a cache
 # that re-rotates keys each step.
@@ -324,15 +393,14 @@ print("sinks + W=60 beat the trained window at equal memory:", losses["sinks, S=
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-fig, ax = plt.subplots(figsize=(6.4, 2.6), dpi=90)
+fig, ax = plt.subplots(figsize=(6.6, 2.9), dpi=DPI)
 names = list(losses)
 ax.barh(names, [losses[n] for n in names], color=["#4C72B0", "#8DA0CB", "#DD8452", "#F4B183"])
 for i, n in enumerate(names):
-    ax.text(losses[n] + 0.005, i, f"{losses[n]:.3f}", va="center", fontsize=8)
-lo = min(losses.values())
-ax.set_xlim(lo - 0.1, max(losses.values()) + 0.06)
+    ax.text(losses[n] + 0.03, i, f"{losses[n]:.3f}", va="center")
+ax.set_xlim(0, max(losses.values()) * 1.18)
 ax.invert_yaxis()
-ax.set(xlabel="held-out loss (nats/char, lower is better)", title="Trained W=64 model: sinks vs a plain window")
+ax.set(xlabel="held-out loss (nats/char, lower is better)", title="On the W=64 model, sinks cost loss")
 fig.tight_layout()
 plt.show()
 plt.close(fig)
@@ -346,8 +414,8 @@ plt.close(fig)
 #   to token 0 during training, so no head learnt to park weight there. A sink is an extra key
 #   the model never learnt to ignore, and it takes softmax weight from the keys that matter.
 # * **Positions are absolute.** The sink keys carry the rotation of positions 0–3, so a query at
-#   position 200 meets them at distance ~200. The model never saw a distance over 63 (lesson 4's
-#   `2W` row showed what unseen distances do), so those scores are out of distribution.
+#   position 200 meets them at distance ~200. The model never saw a distance over 63, and lesson 4
+#   measured what keys well past the trained distances do to it: they raise the loss.
 # * **It is a character model.** The first characters of a 256-character piece are rarely
 #   informative about the 200th, and the small model had no reason to develop the
 #   "attention sink" heads that large models grow.
@@ -357,15 +425,23 @@ plt.close(fig)
 # lesson: an eviction policy changes what the model sees, so measure it on the model, as here,
 # rather than assuming a published trick transfers.
 #
-# **Your turn:** [exercises/05_sink_cache.ipynb](../exercises/05_sink_cache.ipynb) has you build
-# the sink cache on top of a ring buffer.
-#
 # ## What to remember
 #
 # * LRU evicts by use, the window by age. With no reads they coincide; one `get` on an old token
 #   and LRU silently computes a different attention (here: window `W - 1` plus a sink).
 # * Read caches with `peek` when reading must not change eviction, and prefer eviction by position.
-# * The blog demo's bugs: `np.softmax`, a transpose that does not swap the last two axes, lookups of
-#   the oldest ids, and promotion on read.
+# * The blog demo's five bugs: `np.softmax`, a transpose that does not swap the last two axes, no
+#   `1/√d` scaling, lookups of the oldest ids, and promotion on read.
 # * Sinks keep `S` first tokens plus the last `W`; with keys cached after RoPE they sit at their true
 #   distance. Whether they help depends on how the model was trained: measure.
+#
+# ## Going further
+#
+# * StreamingLLM's position rule: cache keys *before* RoPE in a sink cache and rotate them with
+#   their slot positions at every step (`rope` from lesson 4). Does the trained model's loss with
+#   sinks improve? Why might a model trained with a window still not benefit?
+# * Eviction by attention rather than by age: H2O (Zhang et al. 2023, arXiv:2306.14048) keeps the
+#   keys with the largest accumulated attention. Sketch what the cache needs from the decoder to do
+#   that, and why fused attention kernels make it awkward.
+#
+# Next: [lesson 6](06_measuring.ipynb) measures time and memory.
