@@ -281,4 +281,4 @@ def check_chunk_mask(fn) -> None:
     chunks = sum(1 for c in todo if len(c.q) > 1)
     most = max(len(c.k) for c in todo)
     passed(f"{name} matches window_mask on all {len(todo)} cases ({chunks} multi-token chunks; windows 1..9; keys "
-           f"from the sliding and ring caches, shuffled, with gaps, up to {most}; int32 and int64 positions).")
+           f"from the sliding and ring caches, shuffled, with gaps, up to {most} keys; int32 and int64 positions).")
