@@ -1,0 +1,322 @@
+"""Check for exercise 10: H2O's accumulate-and-evict step, ``h2o_keep(scores, weights, positions, budget, recent)``.
+
+The expected answer is always the library's :func:`swkv_teach.caches.h2o.h2o_keep`
+(the step :class:`~swkv_teach.H2OKVCache` takes). Scripted cases come first, each
+built so that one classic slip gives a different answer from the right one;
+then random cases (batch 1-3, 1-4 heads, 1-5 queries, up to 24 keys in slot
+order, float16/bfloat16/float32/float64 weights). When an answer differs, the
+check compares it with what each known slip would have returned and names the
+slip it matches; otherwise it says plainly which positions or scores differ.
+
+Right answers written differently pass: positions as a list or a tensor, in any
+order (each score stays paired with its position), scores in float32 or float64,
+half-precision arithmetic within rounding.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from swkv_teach.caches.h2o import h2o_keep as _oracle
+from swkv_teach.caches.scored import eviction_order, head_average
+from swkv_teach.grading._report import call, fail, passed, show, learner_name as _name
+
+__all__ = ["check_h2o_keep"]
+
+
+# ------------------------------------------------------------------ the slips a learner makes, as answers
+def _keep(total, positions, budget, protected, order_fn=eviction_order, n_drop=None):
+    drop = order_fn(total, positions, protected)[: max(0, len(positions) - budget) if n_drop is None else n_drop]
+    keep = torch.ones(len(positions), dtype=torch.bool)
+    keep[drop] = False
+    order = torch.argsort(positions[keep])
+    return positions[keep][order], total[keep][order]
+
+
+def _recent(positions, recent):
+    return positions > int(positions.max()) - recent
+
+
+def _most_first(scores, positions, protected):
+    order = eviction_order(-scores, positions, protected)
+    return order
+
+
+def _newest_first_on_ties(scores, positions, protected):
+    order = torch.argsort(-positions)
+    order = order[torch.argsort(scores[order], stable=True)]
+    return order[~protected[order]]
+
+
+def _heavy_then_recent(total, positions, budget, recent):
+    if len(positions) <= budget:
+        return _keep(total, positions, budget, None)
+    heavy = eviction_order(-total, -positions)[: budget - recent]  # largest totals, newest first on ties
+    keep = torch.zeros(len(positions), dtype=torch.bool)
+    keep[heavy] = True
+    keep |= _recent(positions, recent)
+    order = torch.argsort(positions[keep])
+    return positions[keep][order], total[keep][order]
+
+
+def _as_indices(total, positions, budget, recent):
+    kept, sc = _keep(total, positions, budget, _recent(positions, recent))
+    index = {p: i for i, p in enumerate(positions.tolist())}
+    return torch.tensor([index[p] for p in kept.tolist()], dtype=torch.long), sc
+
+
+def _avg(w):  # the right average, for the slips that change something else
+    return head_average(w)
+
+
+SLIPS = [  # (name, hint, answer(scores, weights, positions, budget, recent))
+    ("evicted the most-attended token",
+     "H2O keeps the heavy hitters: evict the tokens with the LOWEST accumulated score (argsort ascending, or "
+     "topk(..., largest=False)), not the highest.",
+     lambda s, w, p, b, r: _keep(s + _avg(w).sum(0), p, b, _recent(p, r), _most_first)),
+    ("evicted from the recent window",
+     "the `recent` newest positions are never evicted, whatever their score: leave them out of the candidates "
+     "before choosing the lowest.",
+     lambda s, w, p, b, r: _keep(s + _avg(w).sum(0), p, b, torch.zeros(len(p), dtype=torch.bool))),
+    ("took the recent window by index, not by position",
+     "the keys come in slot order (a token takes the slot of the one it replaced), so the last `recent` indices "
+     "are not the newest tokens: protect positions > positions.max() - recent.",
+     lambda s, w, p, b, r: _keep(s + _avg(w).sum(0), p, b, torch.arange(len(p)) >= len(p) - r)),
+    ("recent window one token too wide",
+     "the recent window is the `recent` newest positions: positions > newest - recent (recent of them), "
+     "not >= (recent + 1).",
+     lambda s, w, p, b, r: _keep(s + _avg(w).sum(0), p, b, _recent(p, r + 1))),
+    ("recent window one token too narrow",
+     "the recent window is the `recent` newest positions: positions > newest - recent, which holds recent of them.",
+     lambda s, w, p, b, r: _keep(s + _avg(w).sum(0), p, b, _recent(p, r - 1))),
+    ("did not average over heads: used head 0 only",
+     "the cache keeps one set of positions for every head, so score a token by its attention averaged over "
+     "ALL query heads (weights.mean(dim=1)), not one head's.",
+     lambda s, w, p, b, r: _keep(s + w[:, :1].float().mean(dim=(0, 1)).sum(0), p, b, _recent(p, r))),
+    ("did not average over heads: took the max over heads",
+     "score a token by its attention averaged over all query heads (mean over dim 1), not the largest head.",
+     lambda s, w, p, b, r: _keep(s + w.float().mean(0).amax(0).sum(0), p, b, _recent(p, r))),
+    ("summed over heads instead of averaging",
+     "the scores you are given were averaged over heads; adding a sum over heads makes this step count "
+     "q_heads times more than the past ones. Use weights.mean(dim=1) (and mean over the batch, dim 0).",
+     lambda s, w, p, b, r: _keep(s + w.float().mean(0).sum(0).sum(0), p, b, _recent(p, r))),
+    ("used batch row 0 only",
+     "one decision serves the whole batch: average over the batch dimension too (weights.mean(dim=(0, 1))).",
+     lambda s, w, p, b, r: _keep(s + w[:1].float().mean(dim=(0, 1)).sum(0), p, b, _recent(p, r))),
+    ("summed over the batch instead of averaging",
+     "average over the batch (dim 0) as over heads: a sum makes a batch of 2 count twice.",
+     lambda s, w, p, b, r: _keep(s + w.float().sum(0).mean(0).sum(0), p, b, _recent(p, r))),
+    ("only the newest query counted (that is TOVA's rule, not H2O's)",
+     "H2O accumulates over EVERY query it is shown: add weights summed over the queries dimension (dim 2), "
+     "not just the last row.",
+     lambda s, w, p, b, r: _keep(s + _avg(w)[-1], p, b, _recent(p, r))),
+    ("averaged over queries instead of summing (so queries that were masked from a key count against it)",
+     "accumulate = sum over the queries (dim 2). A mean divides by every query in the chunk, including those "
+     "the causal mask kept from the key, and a chunk would count less than the same tokens one by one.",
+     lambda s, w, p, b, r: _keep(s + _avg(w).mean(0), p, b, _recent(p, r))),
+    ("forgot the old scores (did not accumulate)",
+     "add this step's attention to the scores you were given: the heavy hitter is the token with the largest "
+     "total over all the queries so far.",
+     lambda s, w, p, b, r: _keep(_avg(w).sum(0), p, b, _recent(p, r))),
+    ("ties evicted the newest token first",
+     "among equal scores evict the OLDEST position first (so attention that says nothing degrades to a sliding "
+     "window): sort by position, then stable-sort by score.",
+     lambda s, w, p, b, r: _keep(s + _avg(w).sum(0), p, b, _recent(p, r), _newest_first_on_ties)),
+    ("evicted the oldest tokens (a sliding window), ignoring the scores",
+     "H2O evicts by accumulated attention, not by age: choose the lowest total among the tokens outside the "
+     "recent window.",
+     lambda s, w, p, b, r: _keep(s + _avg(w).sum(0), p, b, _recent(p, r),
+                                 lambda t, q, pr: eviction_order(torch.zeros_like(t), q, pr))),
+    ("chose the heavy hitters among all tokens, recent ones included, then added the recent window",
+     "pick the budget - recent heavy hitters among the tokens OUTSIDE the recent window; a recent token that is "
+     "also heavy would otherwise take two places and the cache would keep fewer than `budget`.",
+     lambda s, w, p, b, r: _heavy_then_recent(s + _avg(w).sum(0), p, b, r)),
+    ("returned indices into `positions`, not the positions themselves",
+     "the keys come in slot order: return positions[kept], the absolute positions, not their indices.",
+     lambda s, w, p, b, r: _as_indices(s + _avg(w).sum(0), p, b, r)),
+    ("kept one token more than the budget",
+     "after this step at most `budget` tokens stay: evict len(positions) - budget of them.",
+     lambda s, w, p, b, r: _keep(s + _avg(w).sum(0), p, b + 1, _recent(p, r))),
+    ("evicted only one token",
+     "a chunk can put the cache over budget by more than one: evict len(positions) - budget tokens.",
+     lambda s, w, p, b, r: _keep(s + _avg(w).sum(0), p, b, _recent(p, r), n_drop=min(1, max(0, len(p) - b)))),
+]
+
+
+# ------------------------------------------------------------------ cases
+def _weights(batch, heads, queries, positions, gen, dtype=torch.float32, scale=3.0):
+    """Causal attention: query i (the last `queries` positions) gives 0 to keys after it."""
+    newest = int(positions.max())
+    q_pos = torch.arange(newest - queries + 1, newest + 1)
+    logits = torch.randn(batch, heads, queries, len(positions), generator=gen, dtype=torch.float64) * scale
+    allowed = positions[None, :] <= q_pos[:, None]
+    return torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1).to(dtype)
+
+
+def _separated(scores, weights, positions, rel) -> bool:
+    """True when no two accumulated totals are within `rel` (so rounding cannot reorder a right answer)."""
+    total = torch.sort(scores.double() + weights.double().mean(dim=(0, 1)).sum(0)).values
+    return len(total) < 2 or bool(((total[1:] - total[:-1]) > rel * total[1:].abs().clamp_min(1e-3)).all())
+
+
+def _random_case(rng: random.Random, gen: torch.Generator):
+    while True:
+        n = rng.randint(2, 24)
+        queries = rng.randint(1, min(5, n))
+        budget = rng.randint(1, n + 1)
+        recent = rng.randint(0, budget)
+        batch, heads = rng.randint(1, 3), rng.randint(1, 4)
+        dtype = rng.choice([torch.float32, torch.float64, torch.float16, torch.bfloat16])
+        start = rng.randint(0, 50)
+        positions = torch.randperm(n, generator=gen) + start  # slot order
+        old = positions < start + n - queries
+        scores = torch.where(old, torch.rand(n, generator=gen, dtype=torch.float64) * rng.choice([0.5, 3.0]), 0.0)
+        weights = _weights(batch, heads, queries, positions, gen, dtype)
+        rel = 1e-4 if dtype in (torch.float32, torch.float64) else 3e-2
+        if _separated(scores, weights, positions, rel):
+            return scores.float(), weights, positions, budget, recent
+
+
+def _scripted():
+    """(title, scores, weights, positions, budget, recent): each makes one slip visible."""
+    g = torch.Generator().manual_seed(10)
+    cases = []
+    # the most-attended token: position 1 gets nearly all the attention, 2 almost none
+    p = torch.tensor([0, 1, 2, 3, 4])
+    w = torch.zeros(1, 1, 1, 5)
+    w[..., :] = torch.tensor([0.10, 0.60, 0.02, 0.08, 0.20])
+    cases.append(("one query, budget 4, recent 1: which token goes?", torch.zeros(5), w, p, 4, 1))
+    # heads disagree: head 0 loves 1, heads 1-3 share out evenly but ignore 1 a little
+    w = torch.zeros(2, 4, 1, 5)
+    w[:, 0, 0] = torch.tensor([0.02, 0.90, 0.02, 0.02, 0.04])
+    w[:, 1:, 0] = torch.tensor([0.30, 0.01, 0.25, 0.20, 0.24])
+    cases.append(("4 heads that disagree, batch 2", torch.zeros(5), w, p, 4, 1))
+    # batch rows disagree
+    w = torch.zeros(2, 2, 1, 5)
+    w[0, :, 0] = torch.tensor([0.05, 0.50, 0.05, 0.20, 0.20])
+    w[1, :, 0] = torch.tensor([0.40, 0.02, 0.30, 0.08, 0.20])
+    cases.append(("batch rows that disagree", torch.zeros(5), w, p, 4, 1))
+    # old scores matter: 0 was a heavy hitter before, gets little now
+    w = torch.zeros(1, 2, 1, 5)
+    w[..., 0, :] = torch.tensor([0.01, 0.30, 0.29, 0.20, 0.20])
+    cases.append(("old scores [2.0, 0.1, 0.2, 0.3, 0]", torch.tensor([2.0, 0.1, 0.2, 0.3, 0.0]), w, p, 4, 1))
+    # the recent window: the lowest scores are the newest tokens
+    w = torch.zeros(1, 2, 1, 6)
+    w[..., 0, :] = torch.tensor([0.40, 0.25, 0.15, 0.12, 0.05, 0.03])
+    cases.append(("recent window 3, the newest tokens attended least", torch.zeros(6), w, torch.arange(6), 4, 3))
+    # slot order: positions are not sorted; the newest sit in the middle
+    pos = torch.tensor([4, 9, 5, 6, 7, 8])
+    w = torch.zeros(1, 1, 1, 6)
+    w[..., 0, :] = torch.tensor([0.30, 0.02, 0.25, 0.20, 0.18, 0.05])
+    cases.append(("keys in slot order: positions [4, 9, 5, 6, 7, 8]", torch.zeros(6), w, pos, 4, 2))
+    # a chunk of 3 queries; accumulate over all of them; over budget by 3
+    pos = torch.arange(10, 18)
+    scores = torch.tensor([0.9, 0.1, 0.5, 0.3, 0.6, 0.0, 0.0, 0.0])
+    w = _weights(1, 2, 3, pos, g)
+    cases.append(("a chunk of 3 queries, 8 keys, budget 5, recent 1", scores, w, pos, 5, 1))
+    # the newest token is the heaviest hitter: it must not take a heavy-hitter place as well
+    w = torch.zeros(1, 2, 1, 6)
+    w[..., 0, :] = torch.tensor([0.10, 0.05, 0.15, 0.12, 0.08, 0.50])
+    cases.append(("the newest token is attended most, budget 4, recent 2", torch.zeros(6), w, torch.arange(6), 4, 2))
+    # ties: all-zero attention and scores
+    cases.append(("all-zero attention (ties)", torch.zeros(6), torch.zeros(1, 2, 1, 6), torch.arange(6), 4, 1))
+    # under budget: nothing evicted, still accumulated
+    w = _weights(2, 3, 2, torch.arange(4), g)
+    cases.append(("under budget (4 keys, budget 6)", torch.tensor([0.5, 0.25, 0.0, 0.0]), w, torch.arange(4), 6, 2))
+    return cases
+
+
+# ------------------------------------------------------------------ one case
+def _normalise(case, got, n_keys):
+    """Learner's (positions, scores) -> (positions list, float64 scores), sorted by position; or raise fail."""
+    if not (isinstance(got, (tuple, list)) and len(got) == 2):
+        raise fail(case, f"returned {show(got)}; expected a pair (kept_positions, kept_scores).",
+                   hint="return two things: the kept positions and their accumulated scores.")
+    pos, sc = got
+    try:
+        pos = torch.as_tensor(pos).flatten()
+        sc = torch.as_tensor(sc).flatten()
+    except Exception:
+        raise fail(case, f"returned {show(got)}; expected tensors or lists.") from None
+    if pos.is_floating_point() or pos.dtype == torch.bool or not sc.is_floating_point():
+        raise fail(case, f"returned positions of dtype {pos.dtype} and scores of dtype {sc.dtype}; expected integer "
+                   "positions and floating-point scores.",
+                   hint="positions are the absolute positions from `positions` (not indices or a mask); scores "
+                   "are float.")
+    if len(pos) != len(sc):
+        raise fail(case, f"returned {len(pos)} positions but {len(sc)} scores; expected one score per kept position.")
+    order = torch.argsort(pos.cpu())
+    return pos.cpu()[order].tolist(), sc.detach().cpu().double()[order]
+
+
+def _diagnose(case, args, got_pos, got_sc, exp_pos, exp_sc, rtol, atol):
+    """The failure to report: the slip the answer matches (positions and scores, else positions), or the plain diff."""
+    shown = dict(expected=f"positions {exp_pos}, scores {[round(x, 4) for x in exp_sc.tolist()]}",
+                 got=f"positions {got_pos}, scores {[round(x, 4) for x in got_sc.tolist()]}")
+    answers = []
+    for name, hint, slip in SLIPS:
+        try:
+            sp, ss = slip(*args)
+        except Exception:  # a slip that cannot even run on this case is not the learner's
+            continue
+        order = torch.argsort(sp)  # compared as the learner's answer is: sorted by position
+        answers.append((name, hint, sp[order].tolist(), ss[order].double()))
+    for full in (True, False):  # exact matches first; then matches on the (wrong) positions alone
+        found = [(name, hint) for name, hint, sp, ss in answers
+                 if sp == got_pos and ((len(ss) == len(got_sc) and torch.allclose(ss, got_sc, rtol, atol))
+                                       if full else sp != exp_pos)]
+        if found:  # on this case several slips may give the same answer: name them all
+            names = "; or ".join(name for name, _ in found)
+            hints = " / ".join(hint for _, hint in found[:2])
+            return fail(case, f"your answer matches this slip: {names}.", hint=hints, **shown)
+    if got_pos != exp_pos:
+        return fail(case, "kept other positions than H2O keeps.", expected=exp_pos, got=got_pos,
+                    hint="total = scores + weights averaged over batch and heads, summed over queries; never evict "
+                    "the `recent` newest positions; evict the lowest totals (oldest first among ties) until "
+                    "`budget` remain.")
+    return fail(case, "kept the right positions, but their scores differ.",
+                expected=[round(x, 5) for x in exp_sc.tolist()], got=[round(x, 5) for x in got_sc.tolist()],
+                hint="return the ACCUMULATED scores of the kept tokens: the old score plus this step's attention "
+                "(averaged over batch and heads, summed over queries), in float32.")
+
+
+def _one(fn, title, scores, weights, positions, budget, recent, device):
+    args_cpu = (scores, weights, positions, budget, recent)
+    exp_pos, exp_sc = _oracle(*args_cpu)
+    exp_pos, exp_sc = exp_pos.tolist(), exp_sc.double()
+    case = (f"{_name(fn)}(scores, weights, positions, budget={budget}, recent={recent}), {title}\n"
+            f"   positions {positions.tolist()}, weights shape {tuple(weights.shape)} {str(weights.dtype)[6:]}")
+    s_in, w_in, p_in = scores.to(device), weights.to(device), positions.to(device)
+    copies = (s_in.clone(), w_in.clone(), p_in.clone())
+    got = call(case, f"{_name(fn)}(...)", fn, s_in, w_in, p_in, budget, recent)
+    for name, before, after in zip(("scores", "weights", "positions"), copies, (s_in, w_in, p_in)):
+        if not torch.equal(before, after):
+            raise fail(case, f"your function changed the `{name}` it was given (in place).",
+                       hint="the caller still needs its tensors: compute new ones (scores + ..., not scores += ...).")
+    got_pos, got_sc = _normalise(case, got, len(positions))
+    half = weights.dtype in (torch.float16, torch.bfloat16)
+    rtol, atol = (2e-2, 2e-3) if half else (1e-5, 1e-6)
+    if got_pos != exp_pos or not torch.allclose(got_sc, exp_sc, rtol, atol):
+        raise _diagnose(case, args_cpu, got_pos, got_sc, exp_pos, exp_sc, rtol, atol)
+
+
+def check_h2o_keep(fn) -> None:
+    """Exercise 10: ``fn(scores, weights, positions, budget, recent) -> (kept_positions, kept_scores)``."""
+    if not callable(fn) or isinstance(fn, type):
+        raise fail(f"check_h2o_keep({show(fn)})", f"expected your function h2o_keep; got {show(fn)}.",
+                   hint="pass the function itself: check_h2o_keep(h2o_keep).")
+    from swkv_teach.device import device
+
+    dev = device()
+    n = 0
+    for title, scores, weights, positions, budget, recent in _scripted():
+        _one(fn, title, scores, weights, positions, budget, recent, dev)
+        n += 1
+    rng, gen = random.Random(10), torch.Generator().manual_seed(10)
+    for i in range(60):
+        scores, weights, positions, budget, recent = _random_case(rng, gen)
+        _one(fn, f"random case {i + 1}", scores, weights, positions, budget, recent, dev if i % 2 else "cpu")
+    passed(f"{_name(fn)} accumulates and evicts as H2O does, like the library's H2OKVCache ({n} scripted cases "
+           "and 60 random ones: batch 1-3, 1-4 heads, chunks of 1-5 queries, keys in slot order, 4 dtypes).")

@@ -1,0 +1,108 @@
+"""Exercise 10's check (H2O's accumulate-and-evict): every wrong answer in tests/wrong_answers/h2o.py is
+rejected with a message naming its slip; right answers written in other styles pass."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from swkv_teach.caches.h2o import h2o_keep
+from swkv_teach.grading import ExerciseFailed
+from swkv_teach.grading.h2o import check_h2o_keep
+from tests.wrong_answers import CATALOGUE
+from tests.wrong_answers import h2o as _h2o  # noqa: F401  (registers the catalogue entries)
+
+WRONG = [w for w in CATALOGUE if w.check == "check_h2o_keep"]
+
+
+def passes(fn, capsys):
+    check_h2o_keep(fn)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("✅"), out
+
+
+def test_the_catalogue_is_large():
+    assert len(WRONG) >= 20
+    assert all(w.__doc__ and w.__doc__.strip() for w in WRONG)
+
+
+@pytest.mark.parametrize("answer", WRONG, ids=lambda w: w.__name__)
+def test_each_wrong_answer_is_rejected_with_a_message_that_names_its_slip(answer, capsys):
+    with pytest.raises(ExerciseFailed) as info:
+        check_h2o_keep(answer)
+    message = str(info.value).lower()
+    missing = [w for w in answer.words if w.lower() not in message]
+    assert not missing, f"{answer.__name__}: {answer.__doc__.strip()}\nmessage lacks {missing}:\n{info.value}"
+    assert "✅" not in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ right answers, written differently
+def loops_and_lists(scores, weights, positions, budget, recent):
+    """Plain Python over lists, positions returned as a list in slot order."""
+    w = weights.double().mean(dim=(0, 1)).tolist()  # (queries, keys)
+    pos = positions.tolist()
+    total = [float(scores[j]) + sum(row[j] for row in w) for j in range(len(pos))]
+    newest = max(pos)
+    candidates = sorted((total[j], pos[j], j) for j in range(len(pos)) if pos[j] <= newest - recent)
+    drop = {j for _, _, j in candidates[: max(0, len(pos) - budget)]}
+    keep = [j for j in range(len(pos)) if j not in drop]
+    return [pos[j] for j in keep], torch.tensor([total[j] for j in keep], dtype=torch.float64)
+
+
+def topk_on_the_old(scores, weights, positions, budget, recent):
+    """topk of the heavy hitters among the tokens outside the recent window, recent ones kept whole."""
+    total = scores.float() + torch.einsum("bhqk->k", weights.float()) / (weights.shape[0] * weights.shape[1])
+    if len(positions) <= budget:
+        return positions, total
+    recent_mask = positions > positions.max() - recent
+    old = torch.nonzero(~recent_mask).flatten()
+    # ties broken toward the newer token: add a tiny, order-preserving position term
+    by_age = torch.argsort(torch.argsort(positions[old])).double()
+    key = total[old].double() + by_age * 1e-12
+    heavy = old[torch.topk(key, budget - int(recent_mask.sum())).indices]
+    keep = torch.cat([heavy, torch.nonzero(recent_mask).flatten()])
+    return positions[keep], total[keep]
+
+
+def half_precision_on_device(scores, weights, positions, budget, recent):
+    """Stays in the weights' dtype for the average (float16 rounding), sorts with lexsort-by-two-argsorts."""
+    total = scores + weights.mean(dim=(0, 1)).sum(dim=0).to(scores.dtype)
+    protected = positions > positions.max() - recent
+    order = torch.argsort(positions)
+    order = order[torch.argsort(total[order], stable=True)]
+    order = order[~protected[order]]
+    keep = torch.ones_like(positions, dtype=torch.bool)
+    keep[order[: max(0, len(positions) - budget)]] = False
+    return positions[keep], total[keep]
+
+
+@pytest.mark.parametrize("answer", [h2o_keep, loops_and_lists, topk_on_the_old, half_precision_on_device])
+def test_right_answers_written_differently_pass(answer, capsys):
+    passes(answer, capsys)
+
+
+@pytest.mark.parametrize("garbage", [None, 42, "h2o_keep", h2o_keep.__class__, lambda *a: None,
+                                     lambda *a: 1 / 0, lambda *a: (torch.zeros(2), "x"),
+                                     lambda s, w, p, b, r: (p.float(), s)])
+def test_garbage_is_a_failure_not_a_crash(garbage):
+    with pytest.raises(ExerciseFailed) as info:
+        check_h2o_keep(garbage)
+    assert str(info.value).startswith("❌")
+
+
+def test_a_failure_shows_the_case_expected_and_got():
+    from tests.wrong_answers.h2o import evicts_most_attended
+
+    with pytest.raises(ExerciseFailed) as info:
+        check_h2o_keep(evicts_most_attended)
+    msg = str(info.value)
+    assert "budget=4, recent=1" in msg and "positions [0, 1, 2, 3, 4]" in msg
+    assert "expected: positions [0, 1, 3, 4]" in msg and "got     : positions [0, 2, 3, 4]" in msg
+
+
+def test_the_check_is_fast():
+    t0 = time.perf_counter()
+    check_h2o_keep(h2o_keep)
+    assert time.perf_counter() - t0 < 2.0

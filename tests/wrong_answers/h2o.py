@@ -1,0 +1,187 @@
+"""Wrong answers to exercise 10, h2o_keep(scores, weights, positions, budget, recent) -> (positions, scores).
+
+Each is the answer a learner writes with one slip, in a learner's style (loops,
+sorted(), topk), not a patch of the library's code.
+"""
+
+import torch
+
+from tests.wrong_answers import wrong
+
+
+def _choose(total, positions, budget, candidates, key=None, n_drop=None):
+    """Drop the first n_drop candidates by key (default: lowest total, oldest first); return kept pairs."""
+    key = key or (lambda i: (float(total[i]), int(positions[i])))
+    n_drop = max(0, len(positions) - budget) if n_drop is None else n_drop
+    drop = set(sorted(candidates, key=key)[:n_drop])
+    keep = [i for i in range(len(positions)) if i not in drop]
+    return positions[keep], total[keep]
+
+
+def _total(scores, weights):
+    return scores + weights.float().mean(dim=(0, 1)).sum(dim=0)
+
+
+def _outside_recent(positions, recent):
+    newest = int(positions.max())
+    return [i for i in range(len(positions)) if int(positions[i]) <= newest - recent]
+
+
+@wrong("check_h2o_keep", "most-attended")
+def evicts_most_attended(scores, weights, positions, budget, recent):
+    """Sorts descending: evicts the heavy hitters H2O is named after."""
+    total = _total(scores, weights)
+    return _choose(total, positions, budget, _outside_recent(positions, recent),
+                   key=lambda i: (-float(total[i]), int(positions[i])))
+
+
+@wrong("check_h2o_keep", "evicted from the recent window")
+def evicts_from_recent_window(scores, weights, positions, budget, recent):
+    """Every token is a candidate: a new token with little attention yet is evicted at once."""
+    total = _total(scores, weights)
+    return _choose(total, positions, budget, range(len(positions)))
+
+
+@wrong("check_h2o_keep", "by index")
+def recent_window_by_index(scores, weights, positions, budget, recent):
+    """Protects the last `recent` slots, as if slot order were chronological."""
+    total = _total(scores, weights)
+    return _choose(total, positions, budget, range(len(positions) - recent))
+
+
+@wrong("check_h2o_keep", "too wide")
+def recent_window_off_by_one(scores, weights, positions, budget, recent):
+    """positions >= newest - recent: recent + 1 tokens protected."""
+    total = _total(scores, weights)
+    newest = int(positions.max())
+    return _choose(total, positions, budget, [i for i in range(len(positions)) if positions[i] < newest - recent])
+
+
+@wrong("check_h2o_keep", "head 0")
+def first_head_only(scores, weights, positions, budget, recent):
+    """weights[0, 0]: one head's attention decides for all of them."""
+    total = scores + weights[0, 0].float().sum(dim=0)
+    return _choose(total, positions, budget, _outside_recent(positions, recent))
+
+
+@wrong("check_h2o_keep", "max over heads")
+def max_over_heads(scores, weights, positions, budget, recent):
+    """A token counts as used if any head uses it: amax over heads."""
+    total = scores + weights.float().mean(dim=0).amax(dim=0).sum(dim=0)
+    return _choose(total, positions, budget, _outside_recent(positions, recent))
+
+
+@wrong("check_h2o_keep", "summed over heads")
+def sums_over_heads(scores, weights, positions, budget, recent):
+    """H2O's own code sums; here the given scores are averages, so this step counts q_heads times."""
+    total = scores + weights.float().mean(dim=0).sum(dim=(0, 1))
+    return _choose(total, positions, budget, _outside_recent(positions, recent))
+
+
+@wrong("check_h2o_keep", "batch row 0")
+def first_batch_row(scores, weights, positions, budget, recent):
+    """weights[0]: the first sequence decides for the batch."""
+    total = scores + weights[0].float().mean(dim=0).sum(dim=0)
+    return _choose(total, positions, budget, _outside_recent(positions, recent))
+
+
+@wrong("check_h2o_keep", "summed over the batch")
+def sums_over_batch(scores, weights, positions, budget, recent):
+    """H2O's code does .sum(0) over the batch; with batch 2 this step counts double."""
+    total = scores + weights.float().sum(dim=0).mean(dim=0).sum(dim=0)
+    return _choose(total, positions, budget, _outside_recent(positions, recent))
+
+
+@wrong("check_h2o_keep", "tova")
+def newest_query_only(scores, weights, positions, budget, recent):
+    """weights[..., -1, :]: only the last query of a chunk is added (TOVA's rule)."""
+    total = scores + weights[:, :, -1].float().mean(dim=(0, 1))
+    return _choose(total, positions, budget, _outside_recent(positions, recent))
+
+
+@wrong("check_h2o_keep", "averaged over queries", "masked")
+def mean_over_queries(scores, weights, positions, budget, recent):
+    """mean over the queries: divides by queries the causal mask kept from the key."""
+    total = scores + weights.float().mean(dim=(0, 1)).mean(dim=0)
+    return _choose(total, positions, budget, _outside_recent(positions, recent))
+
+
+@wrong("check_h2o_keep", "did not accumulate")
+def forgets_old_scores(scores, weights, positions, budget, recent):
+    """Scores only this step's attention: a heavy hitter of the past is forgotten."""
+    total = weights.float().mean(dim=(0, 1)).sum(dim=0)
+    return _choose(total, positions, budget, _outside_recent(positions, recent))
+
+
+@wrong("check_h2o_keep", "ties", "oldest")
+def ties_evict_newest(scores, weights, positions, budget, recent):
+    """Sorts by (score, -position): on a tie the newest candidate goes."""
+    total = _total(scores, weights)
+    return _choose(total, positions, budget, _outside_recent(positions, recent),
+                   key=lambda i: (float(total[i]), -int(positions[i])))
+
+
+@wrong("check_h2o_keep", "only one")
+def evicts_only_one(scores, weights, positions, budget, recent):
+    """if len > budget: evict the argmin, once (a chunk leaves it over budget)."""
+    total = _total(scores, weights)
+    return _choose(total, positions, budget, _outside_recent(positions, recent),
+                   n_drop=1 if len(positions) > budget else 0)
+
+
+@wrong("check_h2o_keep", "one token more than the budget")
+def keeps_budget_plus_one(scores, weights, positions, budget, recent):
+    """Evicts len - budget - 1: the slot for the next token counted twice."""
+    total = _total(scores, weights)
+    return _choose(total, positions, budget, _outside_recent(positions, recent),
+                   n_drop=max(0, len(positions) - budget - 1))
+
+
+@wrong("check_h2o_keep", "sliding window")
+def evicts_oldest(scores, weights, positions, budget, recent):
+    """Drops the oldest candidates: the accumulated scores are computed, then ignored."""
+    total = _total(scores, weights)
+    return _choose(total, positions, budget, _outside_recent(positions, recent), key=lambda i: int(positions[i]))
+
+
+@wrong("check_h2o_keep", "recent ones included")
+def heavy_hitters_then_recent(scores, weights, positions, budget, recent):
+    """topk(budget - recent) over all tokens, then the recent ones added: overlap keeps fewer than budget."""
+    total = _total(scores, weights)
+    if len(positions) <= budget:
+        return positions, total
+    heavy = set(torch.topk(total, budget - recent).indices.tolist()) if budget > recent else set()
+    newest = int(positions.max())
+    keep = [i for i in range(len(positions)) if i in heavy or int(positions[i]) > newest - recent]
+    return positions[keep], total[keep]
+
+
+@wrong("check_h2o_keep", "indices")
+def returns_indices(scores, weights, positions, budget, recent):
+    """Returns where the kept tokens sit in the arguments, not their positions."""
+    total = _total(scores, weights)
+    kept, kept_scores = _choose(total, positions, budget, _outside_recent(positions, recent))
+    where = {int(p): i for i, p in enumerate(positions)}
+    return torch.tensor([where[int(p)] for p in kept]), kept_scores
+
+
+@wrong("check_h2o_keep", "scores differ")
+def returns_old_scores(scores, weights, positions, budget, recent):
+    """Decides with the totals but returns the scores it was given."""
+    total = _total(scores, weights)
+    kept, _ = _choose(total, positions, budget, _outside_recent(positions, recent))
+    where = {int(p): i for i, p in enumerate(positions)}
+    return kept, scores[[where[int(p)] for p in kept]]
+
+
+@wrong("check_h2o_keep", "in place")
+def updates_scores_in_place(scores, weights, positions, budget, recent):
+    """scores += ...: the caller's tensor changes under it."""
+    scores += weights.float().mean(dim=(0, 1)).sum(dim=0)
+    return _choose(scores, positions, budget, _outside_recent(positions, recent))
+
+
+@wrong("check_h2o_keep", "pair")
+def returns_positions_only(scores, weights, positions, budget, recent):
+    """Forgets to return the scores the next step needs."""
+    return _choose(_total(scores, weights), positions, budget, _outside_recent(positions, recent))[0]
