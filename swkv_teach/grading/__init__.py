@@ -18,6 +18,7 @@ from swkv_teach.grading._report import ExerciseFailed
 from swkv_teach.grading.caches import check_ring_buffer_cache, check_sink_cache, check_sliding_window_cache
 from swkv_teach.grading.chunk import check_chunk_mask
 from swkv_teach.grading.decode import check_cached_decode
+from swkv_teach.grading.h2o import check_h2o_keep
 from swkv_teach.grading.lru import check_lru_cache
 from swkv_teach.grading.masks import check_sliding_window_mask
 
@@ -47,6 +48,7 @@ EXERCISES = {
         Exercise("04", "lru_cache", "check_lru_cache", "LRUCache", 2),
         Exercise("05", "sink_cache", "check_sink_cache", "SinkCache", 3),
         Exercise("06", "cached_decode", "check_cached_decode", "decode_step", 3),
+        Exercise("10", "h2o_eviction", "check_h2o_keep", "h2o_keep", 3),
         Exercise("07", "chunk_mask", "check_chunk_mask", "chunk_mask", 2),
     )
 }
@@ -56,6 +58,7 @@ __all__ = [
     "Exercise",
     "ExerciseFailed",
     "check_cached_decode",
+    "check_h2o_keep",
     "check_chunk_mask",
     "check_lru_cache",
     "check_ring_buffer_cache",
