@@ -24,6 +24,7 @@ the class for shared state) and names the variable that breaks it.
 from __future__ import annotations
 
 import copy
+import re
 from collections import deque
 from dataclasses import dataclass
 
@@ -119,13 +120,23 @@ def _bounded(case: str, cache, capacity: int, k_new: torch.Tensor):
     tokens = r.float_bytes / per_token
     # slack of one token each for k and v: the seed's slice is a view of a W + 1 token cat
     if tokens > 2 * capacity + 2:
-        big = max((v for v in r.storages.values() if v[1]), key=lambda v: v[0])
         raise fail(case, f"the cache holds {tokens:g} tokens' worth of keys and values (all it keeps alive); at most "
-                   f"{2 * capacity} (keys and values of {capacity} tokens) should be kept. The biggest: "
-                   f"{big[2]} ({big[0]} bytes).",
+                   f"{2 * capacity} (keys and values of {capacity} tokens) should be kept. Most of it is in "
+                   f"{_biggest(r)}.",
                    hint="evict: the memory must stay flat however many tokens arrive. Returning the last W is "
                    "not enough if the cache still stores everything (in any attribute, list or dict).")
     return r
+
+
+def _biggest(r) -> str:
+    """The attribute (``self.x`` or ``Class.x``) under which most floating-point bytes are kept."""
+    per: dict = {}
+    for nbytes, is_float, path in r.storages.values():
+        if is_float:
+            top = re.match(r"[^.\[]+(?:\.[A-Za-z_0-9]+)?", path).group(0)
+            per[top] = per.get(top, 0) + nbytes
+    top, n = max(per.items(), key=lambda kv: kv[1])
+    return f"{top} ({n} bytes)"
 
 
 def _flat(case: str, before, after, k_new: torch.Tensor, first: int, last: int) -> None:
@@ -210,7 +221,14 @@ def isolate(e: ExerciseFailed, judge_cls, cls, run: Run, dev, snapshot=None) -> 
     if not getattr(e, "generic", False):
         return e
     plain = run.plain()
-    if plain == run or not _passes(judge_cls, cls, plain, dev):
+    if not _passes(judge_cls, cls, plain, dev):
+        b, h, d = run.shape
+        if b != h and _passes(judge_cls, cls, run.plain(shape=(2, 2, 4)), dev):
+            return rehint(e, f"batch and heads are mixed up somewhere: with tokens (2, 2, 1, 4) (batch == heads) "
+                          f"this passes, with (batch={b}, heads={h}) it does not. Is a buffer allocated as "
+                          "(heads, batch, W, head_dim), or are dims 0 and 1 swapped? Take B, H, _, D = k_new.shape.")
+        return e
+    if plain == run:
         return e
     found = []
     if run.shape != SHAPE0 and not _passes(judge_cls, cls, run.plain(shape=run.shape), dev):

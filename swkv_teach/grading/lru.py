@@ -1,26 +1,39 @@
 """Check for exercise 04: the second seed's LRU cache, ``put(token_id, key, value)`` / ``get(token_id)``.
 
 Every operation is mirrored on the library's :class:`~swkv_teach.caches.LRUKVCache`
-(the oracle) and every ``get`` must return what the oracle's returns. Short
-scripted scenarios come first, each aimed at one classic bug with its own hint
-(no eviction, ``get`` not promoting, re-``put`` not promoting); then random
-sequences for sizes 1, 2, 3, 5; then ``ValueError`` for ``max_size <= 0`` and
-two independent instances. A plain ``dict`` (insertion-ordered) is as welcome
-as an ``OrderedDict``.
+(the oracle). Every ``get`` must return what the oracle's returns, and after
+every operation the learner's whole state is compared with the oracle's: a
+deep copy of the learner's cache is asked for every id ever put (misses first,
+then the stored ids least recent first, an order that changes nothing in a
+right LRU). Short scripted scenarios come first, then long random sequences
+(sizes 1, 2, 3, 5, 8: gets before the cache is full, misses, re-puts with new
+and with identical values), then ``ValueError`` for ``max_size <= 0``.
+
+When something differs, targeted probes on fresh instances name the bug, the most
+specific first: ``get`` returning ``(value, key)``, a re-put whose ``popitem()``
+drops the most recent entry, eviction before insert on a re-put, an identical
+re-put that does not promote, a capacity that shrinks after gets; otherwise the
+scenario's own hint, or plainly which id differs. A plain ``dict``
+(insertion-ordered), an ``OrderedDict``, a dict subclass or a linked list are
+all welcome.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 
 from swkv_teach.caches import LRUKVCache
-from swkv_teach.grading._report import call, fail, passed, show, learner_name as _name
+from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint, show
+from swkv_teach.grading._report import learner_name as _name
+
+MISS = "None (a miss)"
 
 
 class _Script:
     """The learner's cache and the oracle, driven together; remembers the operations for the message."""
 
-    def __init__(self, cls, max_size: int, title: str):
+    def __init__(self, cls, max_size: int, title: str, state: bool = True):
         self.title = f"{title}: {_name(cls)}(max_size={max_size})"
         self.ops = [f"cache = {_name(cls)}({max_size})"]
         self.mine = call(self.title, f"{_name(cls)}({max_size})", cls, max_size)
@@ -30,6 +43,7 @@ class _Script:
                            hint="pass the class itself to the check, with put(token_id, key, value) and get(token_id).")
         self.oracle = LRUKVCache(max_size)
         self.version: dict = {}
+        self.state = state  # compare the whole state after every operation
 
     def _case(self) -> str:
         ops = self.ops if len(self.ops) <= 14 else self.ops[:1] + ["..."] + self.ops[-12:]
@@ -42,32 +56,141 @@ class _Script:
         self.ops.append(f"put({token_id}, {key!r}, {value!r})")
         call(self._case(), f"put({token_id}, ...)", self.mine.put, token_id, key, value)
         self.oracle.put(token_id, key, value)
+        self.compare_state()
 
     def get(self, token_id, hint_hit: str | None = None, hint_miss: str | None = None, hint: str | None = None):
         self.ops.append(f"get({token_id})")
         case = self._case()
         got = call(case, f"get({token_id})", self.mine.get, token_id)
         exp = self.oracle.get(token_id)
-        norm = tuple(got) if isinstance(got, (tuple, list)) and len(got) == 2 else got
-        if norm == exp:
+        if _norm(got) != exp:
+            raise fail(case, f"the last call, get({token_id}):", expected=exp if exp is not None else MISS,
+                       got=got if got is not None else MISS, **_get_hint(self, token_id, got, exp, hint_hit,
+                                                                         hint_miss, hint))
+        self.compare_state()
+
+    def compare_state(self) -> None:
+        """Ask a deep copy of the learner's cache for every id ever put; each must answer as the oracle's."""
+        if not self.state:
             return
-        if exp is not None and not (isinstance(got, (tuple, list)) and len(got) == 2) and got is not None:
-            raise fail(case, f"get({token_id}) returned {show(got)}; expected the pair (key, value).",
-                       hint="return the stored (key, value) tuple for a hit, None for a miss.")
-        if exp is None and not (isinstance(got, (tuple, list)) and len(got) == 2):
-            h = (f"a miss must return None, not {show(got)} (no -1 or (None, None) sentinel as in some "
-                 "LeetCode versions): callers test `if cache.get(i) is None`.")
-        elif exp is None and token_id not in self.version:
-            h = ("this cache was never given this id, yet it returned a value: state is shared between instances. "
-                 "Create the dict in __init__ (self.cache = ...), not at class level.")
-        elif exp is None:
-            h = hint_hit or hint or "this id should have been evicted as the least recently used."
-        elif got is None:
-            h = hint_miss or hint or "this id should still be cached: something else was least recently used."
-        else:
-            h = hint or "a re-put must replace the stored key and value."
-        raise fail(case, f"the last call, get({token_id}):", expected=exp if exp is not None else "None (a miss)",
-                   got=got if got is not None else "None (a miss)", hint=h)
+        try:
+            twin = copy.deepcopy(self.mine)
+        except Exception:
+            return  # an object that cannot be copied is judged by its gets alone
+        stored = self.oracle.ids()
+        gone = [i for i in self.version if i not in stored]
+        for token_id in gone + stored:
+            exp = self.oracle.peek(token_id)
+            try:
+                got = twin.get(token_id)
+            except Exception:
+                return  # the gets themselves will report it
+            if _norm(got) != exp:
+                what = (f"id {token_id} should have been evicted by now, yet get({token_id}) returns {show(got)}"
+                        if exp is None else
+                        f"id {token_id} should be stored as {exp}, but get({token_id}) returns "
+                        f"{MISS if got is None else show(got)}")
+                h = _state_hint(exp, got)
+                raise fail(self._case(), "after the last operation your cache's contents differ from a right LRU's "
+                           f"(asked of a copy of your cache): {what}.",
+                           f"a right LRU now holds, least recent first: {stored}", hint=h, generic=True)
+
+
+def _norm(got):
+    return tuple(got) if isinstance(got, (tuple, list)) and len(got) == 2 else got
+
+
+def _state_hint(exp, got) -> str:
+    if exp is not None and _norm(got) == exp[::-1]:
+        return "get returns (value, key): return the pair as stored, (key, value)."
+    if exp is None:
+        return "this id should have been evicted as the least recently used."
+    if got is None:
+        return "this id should still be cached: something else was least recently used."
+    return "a re-put must replace the stored key and value."
+
+
+def _get_hint(s: _Script, token_id, got, exp, hint_hit, hint_miss, hint) -> dict:
+    if exp is not None and _norm(got) == exp[::-1]:
+        return {"hint": "get returned (value, key): swapped. Return the stored pair in order, (key, value)."}
+    if exp is not None and not (isinstance(got, (tuple, list)) and len(got) == 2) and got is not None:
+        return {"hint": f"return the stored (key, value) tuple for a hit, None for a miss; got {show(got)}."}
+    if exp is None and not (isinstance(got, (tuple, list)) and len(got) == 2):
+        return {"hint": f"a miss must return None, not {show(got)} (no -1 or (None, None) sentinel as in some "
+                        "LeetCode versions): callers test `if cache.get(i) is None`."}
+    if exp is None and token_id not in s.version:
+        return {"hint": "this cache was never given this id, yet it returned a value: state is shared between "
+                        "instances. Create the dict in __init__ (self.cache = ...), not at class level."}
+    if exp is None:
+        return {"hint": hint_hit or hint or "this id should have been evicted as the least recently used.",
+                "generic": not (hint_hit or hint)}
+    if got is None:
+        return {"hint": hint_miss or hint or "this id should still be cached: something else was least recently used.",
+                "generic": not (hint_miss or hint)}
+    return {"hint": hint or "a re-put must replace the stored key and value.", "generic": not hint}
+
+
+# ------------------------------------------------------------------ probes: one bug each, on fresh instances
+def _probe(cls, size: int, ops) -> dict | None:
+    """Run ``ops`` on a fresh cache; then {id: get(id)} for ids 0..9 on a copy (None if anything fails)."""
+    try:
+        c = cls(size)
+        for op in ops:
+            if op[0] == "put":
+                c.put(*op[1:])
+            else:
+                op_result = _norm(c.get(op[1]))
+                if len(op) > 2:
+                    op[2].append(op_result)
+        twin = copy.deepcopy(c)
+        return {i: _norm(twin.get(i)) for i in range(10)}
+    except Exception:
+        return None
+
+
+def _held(state: dict) -> set:
+    return {i for i, x in state.items() if x is not None}
+
+
+def _fill(n: int, prime: str = ""):
+    return [("put", i, f"k{i}{prime}", f"v{i}{prime}") for i in range(n)]
+
+
+def diagnose(cls) -> str | None:
+    """The most specific bug the probes find in ``cls``, as a hint; None when none fits."""
+    got: list = []
+    s = _probe(cls, 2, [*_fill(1), ("get", 0, got)])
+    if s is not None and got and got[0] == ("v0", "k0"):
+        return "get returns (value, key): swapped. Return the stored pair in order, (key, value)."
+    # re-put of the middle entry of a full cache: nothing may be evicted
+    s = _probe(cls, 3, [*_fill(3), ("put", 1, "k1'", "v1'")])
+    if s is not None:
+        held = _held(s)
+        if held == {0, 1} or (2 not in held and 0 in held):
+            return ("a re-put dropped the most recent entry: popitem() without last=False removes the newest. To "
+                    "refresh an id, remove that id itself (pop(token_id) or move_to_end(token_id)), then insert.")
+        if 0 not in held and 2 in held:
+            return ("a re-put of an id already stored evicted the least recent entry: the cache does not grow on a "
+                    "re-put, so nothing may be evicted. Insert (or replace) first, then evict only while "
+                    "len > max_size.")
+    # re-put with identical values must promote like any other
+    fresh = _probe(cls, 3, [*_fill(3), ("put", 0, "k0'", "v0'"), ("put", 3, "k3", "v3")])
+    same = _probe(cls, 3, [*_fill(3), ("put", 0, "k0", "v0"), ("put", 3, "k3", "v3")])
+    if fresh is not None and same is not None and 0 in _held(fresh) and 0 not in _held(same):
+        return ("a re-put with the same key and value did not promote the id: every put makes its id the most "
+                "recently used, whether or not the value changed.")
+    # capacity after many gets
+    s = _probe(cls, 3, [*_fill(3), ("get", 0), ("get", 1), ("get", 2), ("get", 0), ("put", 3, "k3", "v3")])
+    if s is not None and len(_held(s)) < 3:
+        return (f"your cache holds {len(_held(s))} entries after put(0..2), four gets and put(3), though max_size is "
+                "3: its capacity shrinks after gets. Do gets count as insertions (a size counter a get increments, "
+                "or a second list that a get appends to)? Count entries with len(the dict).")
+    return None
+
+
+def _with_diagnosis(cls, e: ExerciseFailed) -> ExerciseFailed:
+    found = diagnose(cls)
+    return rehint(e, found, "(a probe on a fresh cache found the bug below)") if found else e
 
 
 def _raises_for(cls, bad: int) -> None:
@@ -85,15 +208,16 @@ def _raises_for(cls, bad: int) -> None:
                hint="in __init__: if max_size <= 0: raise ValueError(f'max_size must be positive; got {max_size}')")
 
 
-def check_lru_cache(cls) -> None:
-    """Exercise 04: ``cls(max_size)`` with ``put``/``get``, ``get`` promoting, ``ValueError`` for ``max_size <= 0``."""
+def _scenarios(cls) -> None:
     a = _Script(cls, 2, "two instances side by side")
     b = _Script(cls, 2, "two instances side by side (the second)")
     a.put(0)
     a.put(1)
     b.get(0)
+    b.put(5)
+    a.get(0)
 
-    s = _Script(cls, 3, "eviction")
+    s = _Script(cls, 3, "eviction", state=False)
     for i in range(4):
         s.put(i)
     s.get(3, hint_miss="the wrong entry was evicted: the id just put is the most recently used; evict the least "
@@ -103,13 +227,13 @@ def check_lru_cache(cls) -> None:
     for i in (1, 2):
         s.get(i, hint_miss="the wrong entry was evicted: evict the least recently used (the front), not the newest.")
 
-    s = _Script(cls, 1, "the smallest cache")
+    s = _Script(cls, 1, "the smallest cache", state=False)
     s.put(0)
     s.put(1)
     s.get(0, hint_hit="a cache of size 1 holds one entry: evict once len > max_size.")
     s.get(1, hint_miss="the entry just put was evicted: evict the least recently used, not the newest.")
 
-    s = _Script(cls, 3, "get promotes")
+    s = _Script(cls, 3, "get promotes", state=False)
     for i in range(3):
         s.put(i)
     s.get(0)
@@ -118,7 +242,7 @@ def check_lru_cache(cls) -> None:
           "it returns (move_to_end, or pop and re-insert in a plain dict).")
     s.get(0, hint_miss="get(0) made 0 the most recently used, so it must survive put(3): promote on get.")
 
-    s = _Script(cls, 3, "re-put refreshes")
+    s = _Script(cls, 3, "re-put refreshes", state=False)
     for i in range(3):
         s.put(i)
     s.put(0, fresh=True)
@@ -128,21 +252,38 @@ def check_lru_cache(cls) -> None:
     s.get(0, hint_miss="put(0) again made 0 the most recently used, so it must survive put(3).",
           hint="a re-put must store the new key and value.")
 
+
+SIZES = (1, 2, 3, 5, 8)
+OPS = 80
+
+
+def _random(cls) -> None:
     rng = random.Random(0)
-    for size in (1, 2, 3, 5):
+    for size in SIZES:
         s = _Script(cls, size, f"random operations #{size}")
-        for _ in range(40):
-            i = rng.randrange(size + 3)
-            if rng.random() < 0.55:
-                s.put(i, fresh=i in s.version)
+        for _ in range(OPS):
+            i = rng.randrange(size + 4)  # ids beyond the size: misses and evictions
+            r = rng.random()
+            if r < 0.45:
+                s.put(i, fresh=i in s.version and rng.random() < 0.5)  # re-puts with new or identical values
             else:
                 s.get(i)
 
 
+def check_lru_cache(cls) -> None:
+    """Exercise 04: ``cls(max_size)`` with ``put``/``get``, ``get`` promoting, ``ValueError`` for ``max_size <= 0``."""
+    try:
+        _scenarios(cls)
+        _random(cls)
+    except ExerciseFailed as e:
+        if "shared between instances" in str(e) or "sentinel" in str(e):
+            raise
+        raise _with_diagnosis(cls, e) from None
     _raises_for(cls, 0)
     _raises_for(cls, -1)
     passed(f"{_name(cls)} evicts the least recently used and promotes on get and put, like the library's "
-           "LRUKVCache (sizes 1, 2, 3, 5; 4 scenarios and 160 random operations; ValueError for max_size <= 0).")
+           f"LRUKVCache (sizes {', '.join(map(str, SIZES))}; 5 scenarios and {len(SIZES) * OPS} random operations, "
+           "the whole state compared after each; ValueError for max_size <= 0).")
 
 
-__all__ = ["check_lru_cache"]
+__all__ = ["check_lru_cache", "diagnose"]

@@ -2,7 +2,11 @@
 
 The expected mask is the library's :func:`swkv_teach.masks.sliding_window_mask`
 (the convention ``i - W < j <= i``). Cases run smallest first, so the first
-failure is a mask small enough to print whole, side by side with the expected one.
+failure is a mask small enough to print whole, side by side with the expected one;
+then sequences of 16 to 24 tokens (past any small fixed-size buffer). The bug is
+named from the usual wrong masks (judged at ``seq_len=10, window_size=5`` first),
+from a band that depends on the column or the row alone, and otherwise by the
+first query row that differs.
 """
 
 from __future__ import annotations
@@ -13,10 +17,13 @@ from swkv_teach.grading._report import call, fail, grid, passed, show
 from swkv_teach.masks import sliding_window_mask
 
 
+LONG = (16, 20, 23, 24)
+
+
 def _cases():
     seen = set()
-    for T in range(1, 10):
-        for W in (1, 2, 3, 5, 8, T - 1, T, T + 1):
+    for T in (*range(1, 10), *LONG):
+        for W in (1, 2, 3, 5, 8, T - 1, T, T + 1) + ((7, 12, T // 2) if T in LONG else ()):
             if W >= 1 and (T, W) not in seen:
                 seen.add((T, W))
                 yield T, W
@@ -29,6 +36,9 @@ def _candidates(got: torch.Tensor, T: int, W: int) -> str | None:
     causal = j <= i
     right = causal & (j > i - W)
     tests = [
+        ((j <= i + 1) & (j > i - W + 1),
+         "the band is shifted by one onto a future key: query i sees key i + 1 (which it must not) and loses "
+         "key i - W + 1. Keep j <= i and j > i - W."),
         (causal & (j > i - W + 1),
          f"off by one: each query sees W - 1 = {W - 1} keys; it should see W = {W}, itself included (i - W < j)."),
         (causal & (j >= i - W),
@@ -44,7 +54,30 @@ def _candidates(got: torch.Tensor, T: int, W: int) -> str | None:
     for candidate, hint in tests:
         if torch.equal(got, candidate) and not torch.equal(candidate, right):
             return hint
+    cols, rows = got.any(dim=0), got.any(dim=1)
+    if torch.equal(got, causal & cols[None, :]) and not torch.equal(got, right):
+        keys = torch.nonzero(cols).flatten().tolist()
+        return (f"your window is cut by column only: every query sees the same keys {_span(keys)} (the last W of "
+                "the whole sequence), whatever its row. The window slides with the query: key j is visible "
+                "from row i when i - W < j <= i.")
+    if torch.equal(got, right & rows[:, None]) and not torch.equal(got, right):
+        return "some query rows are all False: every query sees at least itself (j = i)."
     return None
+
+
+def _span(keys: list) -> str:
+    return f"{keys[0]}..{keys[-1]}" if keys and keys == list(range(keys[0], keys[-1] + 1)) else str(keys)
+
+
+def _first_row(got: torch.Tensor, exp: torch.Tensor) -> str:
+    """Say what differs when no diagnosis fits: the first query row, keys expected vs got."""
+    for i in range(exp.shape[0]):
+        if not torch.equal(got[i], exp[i]):
+            e = torch.nonzero(exp[i]).flatten().tolist()
+            g = torch.nonzero(got[i]).flatten().tolist()
+            return (f"row {i} (query {i}) should see keys {_span(e)} and sees {_span(g) if g else 'none'}; "
+                    "mask[i, j] is True exactly when i - W < j <= i (rows are queries, columns keys).")
+    return "mask[i, j] is True exactly when i - W < j <= i (rows are queries, columns keys)."
 
 
 def _mask_hint(fn, got: torch.Tensor, T: int, W: int) -> str:
@@ -58,7 +91,7 @@ def _mask_hint(fn, got: torch.Tensor, T: int, W: int) -> str:
                 return f"{hint} (seen with seq_len=10, window_size=5)"
     except Exception:
         pass
-    return _candidates(got, T, W) or "mask[i, j] is True exactly when i - W < j <= i (rows are queries, columns keys)."
+    return _candidates(got, T, W) or _first_row(got, sliding_window_mask(T, W))
 
 
 def check_sliding_window_mask(fn) -> None:
@@ -81,14 +114,18 @@ def check_sliding_window_mask(fn) -> None:
                        "would silently let every key through: compare with <= and combine with &.")
         got = got.cpu()
         if not torch.equal(got, exp):
-            left, right = grid(exp, "expected"), grid(got, "got")
-            width = max(len(r) for r in left) + 4
-            rows = [a.ljust(width) + b for a, b in zip(left, right)]
-            raise fail(case, "rows are queries i, columns keys j, 1 = may attend:", *rows,
-                       hint=_mask_hint(fn, got, T, W))
+            rows = []
+            if T <= 12:
+                left, right = grid(exp, "expected"), grid(got, "got")
+                width = max(len(r) for r in left) + 4
+                rows = ["rows are queries i, columns keys j, 1 = may attend:"]
+                rows += [a.ljust(width) + b for a, b in zip(left, right)]
+            else:
+                rows = [f"({T} x {T}: too big to print; every smaller case passed)"]
+            raise fail(case, *rows, hint=_mask_hint(fn, got, T, W))
         n += 1
     passed(f"{name} matches the window convention i - W < j <= i on all {n} cases "
-           "(seq_len 1..9, windows 1, 2, 3, 5, 8 and T - 1, T, T + 1).")
+           f"(seq_len 1..9 and {', '.join(map(str, LONG))}; windows 1, 2, 3, 5, 8, T - 1, T, T + 1 and more).")
 
 
 __all__ = ["check_sliding_window_mask"]

@@ -163,3 +163,125 @@ class KeepsAHistoryLog(_Ring):
     def update(self, k_new, v_new):
         self.log = [*getattr(self, "log", []), (k_new.clone(), v_new.clone())]
         return super().update(k_new, v_new)
+
+
+# ---------------------------------------------------------------- issue 10: blind spots and misdiagnoses
+@wrong("check_ring_buffer_cache", "squeeze", "(3, 1, 1, 5)")
+class SqueezedWrite(_Ring):
+    """Writes the token with k_new.squeeze(): broadcasts by luck for most shapes, not for one head and batch 3."""
+
+    def write(self, k_new, v_new):
+        if self.k_buf is None:
+            self.alloc(k_new)
+        slot = self.seen % self.window_size
+        self.k_buf[:, :, slot] = k_new.squeeze()
+        self.v_buf[:, :, slot] = v_new.squeeze()
+        self.seen += 1
+        return min(self.seen, self.window_size)
+
+
+@wrong("check_ring_buffer_cache", "batch and heads are mixed up")
+class HeadsBatchBuffer(_Ring):
+    """Allocates the buffers (heads, batch, W, head_dim): right whenever batch == heads."""
+
+    def alloc(self, k_new):
+        B, H, _, D = k_new.shape
+        self.k_buf = k_new.new_zeros(H, B, self.window_size, D)
+        self.v_buf = k_new.new_zeros(H, B, self.window_size, D)
+
+
+@wrong("check_ring_buffer_cache", "shared between instances", "alive")
+class ClassBufferResetInInit(_Ring):
+    """Buffers and counter on the class, reset in __init__: right alone, wrong with two rings alive."""
+
+    def __init__(self, window_size):
+        self.window_size = window_size
+        type(self).k_buf = type(self).v_buf = None
+        type(self).seen = 0
+
+    def write(self, k_new, v_new):
+        cls = type(self)
+        if cls.k_buf is None:
+            B, H, _, D = k_new.shape
+            cls.k_buf = k_new.new_zeros(B, H, self.window_size, D)
+            cls.v_buf = k_new.new_zeros(B, H, self.window_size, D)
+        slot = cls.seen % self.window_size
+        cls.k_buf[:, :, slot] = k_new[:, :, 0]
+        cls.v_buf[:, :, slot] = v_new[:, :, 0]
+        cls.seen += 1
+        return min(cls.seen, self.window_size)
+
+
+@wrong("check_ring_buffer_cache", "zero is a legitimate key")
+class FilledFromNonZeroSlots(_Ring):
+    """Counts filled slots by looking for slots that are not all zeros: a zero token looks unwritten."""
+
+    def update(self, k_new, v_new):
+        self.write(k_new, v_new)
+        n = int((self.k_buf != 0).flatten(3).any(-1).any(0).any(0).sum())
+        return self.k_buf[:, :, :n], self.v_buf[:, :, :n]
+
+
+@wrong("check_ring_buffer_cache", "count from before this update")
+class SlicesWithStaleCount(_Ring):
+    """Computes the number of filled slots before incrementing seen: the newest slot is left out until full."""
+
+    def update(self, k_new, v_new):
+        n = min(self.seen, self.window_size) if self.seen >= self.window_size else self.seen
+        self.write(k_new, v_new)
+        n = self.window_size if self.seen >= self.window_size else n
+        return self.k_buf[:, :, :n], self.v_buf[:, :, :n]
+
+
+@wrong("check_ring_buffer_cache", "view", "copy")
+class OrderedReturnsAView(_Ring):
+    """ordered() slices the buffer when it is already chronological: a view the next update overwrites."""
+
+    def ordered(self):
+        n = min(self.seen, self.window_size)
+        if self.seen % self.window_size == 0 or self.seen < self.window_size:
+            return self.k_buf[:, :, :n], self.v_buf[:, :, :n]
+        return super().ordered()
+
+
+@wrong("check_ring_buffer_cache", "integer", "float32")
+class FloatPositions(_Ring):
+    """positions from float arithmetic (torch.floor of a true division): a float tensor."""
+
+    @property
+    def positions(self):
+        W = self.window_size
+        s = torch.arange(min(self.seen, W), dtype=torch.float32)
+        return s + W * torch.floor((self.seen - 1 - s) / W)
+
+
+@wrong("check_ring_buffer_cache", "python list")
+class PositionsAsList(_Ring):
+    """positions as a Python list: the decoder calls cache.positions.to(device)."""
+
+    @property
+    def positions(self):
+        return super().positions.tolist()
+
+
+@wrong("check_ring_buffer_cache", "grew", "self.state.trace")
+class TraceInAHelperObject(_Ring):
+    """A right ring whose helper object keeps a trace of every slot written: grows forever, one level down."""
+
+    def update(self, k_new, v_new):
+        if not hasattr(self, "state"):
+            self.state = type("State", (), {})()
+            self.state.trace = []
+        self.state.trace.append(self.seen % self.window_size)
+        return super().update(k_new, v_new)
+
+
+@wrong("check_ring_buffer_cache", "dtype", "float16")
+class HalfPrecisionUpcast(_Ring):
+    """Allocates float32 buffers for 16-bit tokens (to 'keep precision'): returns float32 for float16/bfloat16."""
+
+    def alloc(self, k_new):
+        B, H, _, D = k_new.shape
+        dt = torch.float32 if k_new.element_size() < 4 else k_new.dtype
+        self.k_buf = torch.zeros(B, H, self.window_size, D, dtype=dt, device=k_new.device)
+        self.v_buf = torch.zeros(B, H, self.window_size, D, dtype=dt, device=k_new.device)

@@ -85,3 +85,111 @@ class StoresEverythingReturnsSinksAndWindow(_Sinks):
         self.all_k = [*getattr(self, "all_k", []), k_new]
         self.all_v = [*getattr(self, "all_v", []), v_new]
         return super().update(k_new, v_new)
+
+
+# ---------------------------------------------------------------- issue 10: blind spots and misdiagnoses
+class _PinnedRing:
+    """A right sink cache with pinned slots (sinks in front, a ring behind); bugs below override one part."""
+
+    def __init__(self, num_sinks, window_size):
+        self.S, self.W = num_sinks, window_size
+        self.k = self.v = None
+        self.seen = 0
+
+    def alloc(self, k_new):
+        B, H, _, D = k_new.shape
+        self.k = k_new.new_zeros(B, H, self.S + self.W, D)
+        self.v = k_new.new_zeros(B, H, self.S + self.W, D)
+
+    def slot(self, p):
+        return p if p < self.S else self.S + (p - self.S) % self.W
+
+    def update(self, k_new, v_new):
+        if self.k is None:
+            self.alloc(k_new)
+        s = self.slot(self.seen)
+        self.k[:, :, s] = k_new[:, :, 0]
+        self.v[:, :, s] = v_new[:, :, 0]
+        self.seen += 1
+        n = min(self.seen, self.S + self.W)
+        return self.k[:, :, :n], self.v[:, :, :n]
+
+    def pos_list(self):
+        n = min(self.seen, self.S + self.W)
+        latest = {}
+        for p in range(self.seen):
+            latest[self.slot(p)] = p
+        return [latest[s] for s in range(n)]
+
+    @property
+    def positions(self):
+        return torch.tensor(self.pos_list())
+
+
+@wrong("check_sink_cache", "batch and heads are mixed up")
+class HeadsBatchBuffer(_PinnedRing):
+    """Buffers allocated (heads, batch, S + W, head_dim): right whenever batch == heads."""
+
+    def alloc(self, k_new):
+        B, H, _, D = k_new.shape
+        self.k = k_new.new_zeros(H, B, self.S + self.W, D)
+        self.v = k_new.new_zeros(H, B, self.S + self.W, D)
+
+
+@wrong("check_sink_cache", "shared between instances", "alive")
+class ClassStateResetInInit(_Sinks):
+    """Stored tokens and positions on the class, reset in __init__: right alone, wrong with two caches alive."""
+
+    def __init__(self, num_sinks, window_size):
+        self.num_sinks, self.window_size = num_sinks, window_size
+        cls = type(self)
+        cls.k = cls.v = None
+        cls.pos = []
+        cls.seen = 0
+
+    def update(self, k_new, v_new):
+        cls = type(self)
+        cls.k = k_new if cls.k is None else torch.cat([cls.k, k_new], dim=2)
+        cls.v = v_new if cls.v is None else torch.cat([cls.v, v_new], dim=2)
+        cls.pos = cls.pos + [cls.seen]
+        cls.seen += 1
+        keep = [i for i, p in enumerate(cls.pos) if p < self.num_sinks or p >= cls.seen - self.window_size]
+        idx = torch.tensor(keep, device=cls.k.device)
+        cls.k, cls.v = cls.k.index_select(2, idx), cls.v.index_select(2, idx)
+        cls.pos = [cls.pos[i] for i in keep]
+        return cls.k, cls.v
+
+
+@wrong("check_sink_cache", "dtype", "float16")
+class StartsFromEmptyFloat32(_Sinks):
+    """Starts from an empty float32 tensor: cat promotes float16/bfloat16 tokens to float32."""
+
+    def update(self, k_new, v_new):
+        if self.k is None:
+            self.k = self.v = torch.empty(*k_new.shape[:2], 0, k_new.shape[3], device=k_new.device)
+        return super().update(k_new, v_new)
+
+
+@wrong("check_sink_cache", "integer", "float32")
+class FloatPositions(_Sinks):
+    """positions as a float tensor (torch.tensor(self.pos, dtype=torch.float32))."""
+
+    @property
+    def positions(self):
+        return torch.tensor(self.pos, dtype=torch.float32)
+
+
+@wrong("check_sink_cache", "zero is a legitimate key")
+class DropsZeroTokens(_PinnedRing):
+    """Returns only the slots that are not all zeros (to skip unfilled ones): a zero token vanishes."""
+
+    def update(self, k_new, v_new):
+        k, v = super().update(k_new, v_new)
+        keep = (k != 0).flatten(3).any(-1).any(0).any(0)
+        self._keep = keep
+        return k[:, :, keep], v[:, :, keep]
+
+    @property
+    def positions(self):
+        pos = torch.tensor(self.pos_list())
+        return pos[self._keep.cpu()]

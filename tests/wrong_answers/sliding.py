@@ -210,3 +210,142 @@ class EvictsFirstWithMinusZero(_Seed):
             self.k, self.v = self.k[:, :, keep:], self.v[:, :, keep:]
         self.append(k_new, v_new)
         return self.k, self.v
+
+
+# ---------------------------------------------------------------- issue 10: blind spots and misdiagnoses
+@wrong("check_sliding_window_cache", "squeeze", "(1, 2, 1, 4)")
+class SqueezesTheToken(_Seed):
+    """Reads the token's sizes through k_new.squeeze(): breaks with batch 1 or one head."""
+
+    def update(self, k_new, v_new):
+        B, H, D = k_new.squeeze().shape
+        self.append(k_new.reshape(B, H, 1, D), v_new.reshape(B, H, 1, D))
+        self.k, self.v = self.k[:, :, -self.window_size :], self.v[:, :, -self.window_size :]
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "batch and heads are mixed up")
+class HeadsBeforeBatchBuffer:
+    """A shift-left buffer allocated (heads, batch, W, head_dim): right whenever batch == heads."""
+
+    def __init__(self, window_size):
+        self.W, self.buf, self.n = window_size, None, 0
+
+    def update(self, k_new, v_new):
+        B, H, _, D = k_new.shape
+        if self.buf is None:
+            self.buf = k_new.new_zeros(2, H, B, self.W, D)
+        self.buf[:, :, :, :-1] = self.buf[:, :, :, 1:].clone()
+        self.buf[0, :, :, -1] = k_new[:, :, 0]
+        self.buf[1, :, :, -1] = v_new[:, :, 0]
+        self.n += 1
+        m = min(self.n, self.W)
+        return self.buf[0, :, :, -m:], self.buf[1, :, :, -m:]
+
+
+@wrong("check_sliding_window_cache", "shared between instances", "alive")
+class ClassStateClearedInInit:
+    """Keeps k and v on the class and clears them in __init__: right alone, wrong with two caches alive."""
+
+    k = v = None
+
+    def __init__(self, window_size):
+        self.window_size = window_size
+        type(self).k = type(self).v = None
+
+    def update(self, k_new, v_new):
+        cls = type(self)
+        cls.k = k_new if cls.k is None else torch.cat([cls.k, k_new], dim=2)[:, :, -self.window_size :]
+        cls.v = v_new if cls.v is None else torch.cat([cls.v, v_new], dim=2)[:, :, -self.window_size :]
+        return cls.k, cls.v
+
+
+@wrong("check_sliding_window_cache", "dtype", "float16")
+class StartsFromEmptyFloat32:
+    """Starts from torch.empty(0) (float32): cat promotes float16/bfloat16 tokens to float32 (float64 survives)."""
+
+    def __init__(self, window_size):
+        self.window_size = window_size
+        self.k = self.v = torch.empty(0)
+
+    def update(self, k_new, v_new):
+        if self.k.numel() == 0:
+            self.k = self.v = torch.empty(*k_new.shape[:2], 0, k_new.shape[3], device=k_new.device)
+        self.k = torch.cat([self.k, k_new], dim=2)[:, :, -self.window_size :]
+        self.v = torch.cat([self.v, v_new], dim=2)[:, :, -self.window_size :]
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "grew", "self.history")
+class KeepsEveryPosition(_Seed):
+    """Right tokens, but remembers every position it has seen in a list that never shrinks."""
+
+    def update(self, k_new, v_new):
+        self.history = [*getattr(self, "history", []), len(getattr(self, "history", []))]
+        self.append(k_new, v_new)
+        self.k, self.v = self.k[:, :, -self.window_size :], self.v[:, :, -self.window_size :]
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "holds", "self.archive")
+class ArchivesEveryToken(_Seed):
+    """Right tokens, but copies every token into a dict on self: memory outside the k/v tensors grows."""
+
+    def update(self, k_new, v_new):
+        if not hasattr(self, "archive"):
+            self.archive = {}
+        self.archive[len(self.archive)] = (k_new.clone(), v_new.clone())
+        self.append(k_new, v_new)
+        self.k, self.v = self.k[:, :, -self.window_size :], self.v[:, :, -self.window_size :]
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "zero is a legitimate key")
+class ShiftBufferFindsTokensByNonZero:
+    """A shift-left buffer that returns the slots that are not all zeros: drops legitimate zero tokens."""
+
+    def __init__(self, window_size):
+        self.W, self.k, self.v = window_size, None, None
+
+    def update(self, k_new, v_new):
+        if self.k is None:
+            shape = (*k_new.shape[:2], self.W, k_new.shape[3])
+            self.k, self.v = k_new.new_zeros(shape), v_new.new_zeros(shape)
+        for buf, new in ((self.k, k_new), (self.v, v_new)):
+            buf[:, :, :-1] = buf[:, :, 1:].clone()
+            buf[:, :, -1:] = new
+        filled = (self.k != 0).flatten(3).any(-1).any(0).any(0)
+        return self.k[:, :, filled], self.v[:, :, filled]
+
+
+@wrong("check_sliding_window_cache", "counter", "shrinks")
+class SlicesWithTheTokenCounter(_Seed):
+    """Keeps the last W 'by a counter': slices at self.n - W, an absolute index, on a tensor holding only W."""
+
+    def update(self, k_new, v_new):
+        self.n = getattr(self, "n", 0) + 1
+        self.append(k_new, v_new)
+        if self.n > self.window_size:
+            self.k, self.v = self.k[:, :, self.n - self.window_size :], self.v[:, :, self.n - self.window_size :]
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "every other step")
+class TrimsEveryOtherStep(_Seed):
+    """Trims only once the cache is two over (shape[2] > W + 1): W and W + 1 tokens in turn."""
+
+    def update(self, k_new, v_new):
+        self.append(k_new, v_new)
+        if self.k.shape[2] > self.window_size + 1:
+            self.k, self.v = self.k[:, :, -self.window_size :], self.v[:, :, -self.window_size :]
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "values equal", "keys")
+class ReturnsKeysTwice(_Seed):
+    """return self.k, self.k: the values are the keys."""
+
+    def update(self, k_new, v_new):
+        self.append(k_new, v_new)
+        self.k, self.v = self.k[:, :, -self.window_size :], self.v[:, :, -self.window_size :]
+        return self.k, self.k
