@@ -35,7 +35,7 @@ __all__ = [
     "plot_token_stream",
 ]
 
-DPI = 90
+DPI = 100
 # colour-blind-safe: blue = held, orange = pinned sink, grey = gone, white = future
 STATE_COLORS = {"cached": "#4C72B0", "sink": "#DD8452", "evicted": "#BDBDBD", "unseen": "#FFFFFF"}
 STATE_LABELS = {"cached": "in cache", "sink": "sink (pinned)", "evicted": "evicted", "unseen": "not yet seen"}
@@ -52,7 +52,7 @@ def _figure_and_axes(ax, figsize):
 
 def _legend_below(ax, handles, ncol: int = 6) -> None:
     # a (sub)figure legend under the axes: constrained layout makes room for it, whatever the axes' height
-    ax.figure.legend(handles=handles, loc="outside lower center", ncol=min(ncol, len(handles)), fontsize=8,
+    ax.figure.legend(handles=handles, loc="outside lower center", ncol=min(ncol, len(handles)), fontsize=10,
                      frameon=False)
 
 
@@ -85,7 +85,7 @@ def plot_token_stream(trace: Trace, step: int, ax=None) -> Figure:
                 edgecolor="black" if p == step else "#888888", linewidth=2.5 if p == step else 0.8,
             )
         )
-        ax.text(p, 0, str(p), ha="center", va="center", fontsize=8,
+        ax.text(p, 0, str(p), ha="center", va="center", fontsize=10,
                 color="white" if state in ("cached", "sink") else "#333333")
     for p in snap.hits:
         ax.plot(p, -0.75, marker="^", color=READ_COLOR, markersize=7, gid=f"read-{p}")
@@ -127,12 +127,12 @@ def plot_slots(trace: Trace, step: int, ax=None) -> Figure:
         )
         if p is not None:
             ax.text(s, 0.08, f"t{p}", ha="center", va="center", fontsize=11, color="white", weight="bold")
-            ax.text(s, -0.25, f"age {step - p}", ha="center", va="center", fontsize=8, color="white")
+            ax.text(s, -0.25, f"age {step - p}", ha="center", va="center", fontsize=10, color="white")
     if snap.next_slot is not None:
         ax.annotate("next write", xy=(snap.next_slot, 0.5), xytext=(snap.next_slot, 1.05), ha="center",
-                    fontsize=8, arrowprops=dict(arrowstyle="->", color=ALERT_COLOR, lw=1.5), color=ALERT_COLOR)
+                    fontsize=10, arrowprops=dict(arrowstyle="->", color=ALERT_COLOR, lw=1.5), color=ALERT_COLOR)
     elif len(snap.held) == len(slots) and trace.policy in ("sliding", "lru"):
-        ax.annotate("evicted next", xy=(0, 0.5), xytext=(0, 1.05), ha="center", fontsize=8,
+        ax.annotate("evicted next", xy=(0, 0.5), xytext=(0, 1.05), ha="center", fontsize=10,
                     arrowprops=dict(arrowstyle="->", color=ALERT_COLOR, lw=1.5), color=ALERT_COLOR)
     what = {"ring": "ring slot", "sinks": "slot", "sliding": "tensor index", "lru": "recency rank (LRU first)"}
     ax.set_xticks(range(len(slots)))
@@ -183,7 +183,7 @@ def plot_attention_band(trace: Trace, step: int, ax=None) -> Figure:
                 Line2D([], [], marker="o", color="#08306B", linestyle="", label=f"held at step {step}")]
     if bad:
         handles.append(Line2D([], [], marker="x", color=ALERT_COLOR, mew=2, linestyle="", label="held, outside window"))
-    ax.legend(handles=handles, loc="upper right", fontsize=7, framealpha=0.9)
+    ax.legend(handles=handles, loc="upper right", fontsize=10, framealpha=0.9)
     ax.set_title(f"window mask (W={W}{f', S={S}' if S else ''}), query {step} outlined", fontsize=10)
     return fig
 
@@ -290,11 +290,11 @@ def plot_memory(
     flat_scale, flat_unit = _bytes_unit(mem["window_bytes"][-1])
     ax.annotate(f"flat from token {window_size}: {mem['window_bytes'][-1] / flat_scale:.0f} {flat_unit}",
                 xy=(min(window_size, steps), min(window_size, steps)), xytext=(0.35, 0.22),
-                textcoords="axes fraction", fontsize=8, arrowprops=dict(arrowstyle="->", color="#444444"))
-    ax.legend(loc="upper left", fontsize=8)
+                textcoords="axes fraction", fontsize=10, arrowprops=dict(arrowstyle="->", color="#444444"))
+    ax.legend(loc="upper left", fontsize=10)
     ax.grid(alpha=0.3)
     itemsize = torch.empty((), dtype=dtype).element_size()
     ax.set_title(f"KV memory: {num_layers} layers x {num_kv_heads} kv heads x {head_dim} dims, "
                  f"{str(dtype).replace('torch.', '')} ({per_token // 1024} KiB/token)"
-                 if itemsize and per_token >= 1024 else f"KV memory ({per_token} B/token)", fontsize=9)
+                 if itemsize and per_token >= 1024 else f"KV memory ({per_token} B/token)", fontsize=10)
     return fig
