@@ -12,7 +12,18 @@
 # %% [markdown]
 # # Lesson 7 — Interview drill
 #
-# Fourteen questions of the kind asked in ML-systems and LLM-serving interviews: complexity, memory
+# **Time:** about 60 minutes (4 per question, answered aloud before you open the fold). **You need:**
+# lessons 0–6; questions on serving layouts and attention-based eviction link to where they are
+# taught or to the paper.
+#
+# **By the end you will be able to**
+#
+# * give the cost of a decode step with and without a cache, complete, and say which term dominates when;
+# * do the KV-memory arithmetic of a real model in your head, GQA, windows and hybrid stacks included;
+# * compare eviction policies and memory layouts by what is exact, what it costs, and what it wastes;
+# * state the window convention with its boundary, and name who counts `W + 1` keys.
+#
+# Fifteen questions of the kind asked in ML-systems and LLM-serving interviews: complexity, memory
 # arithmetic, trade-offs between eviction policies and memory layouts, RoPE, chunked prefill, and
 # the window convention's off-by-one. Say your answer out loud (or write it down) before opening
 # the folded one. The answers are short on purpose: an interviewer wants the key idea and a number.
@@ -80,15 +91,22 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 
 # %% [markdown]
 # ### Q1. What does a KV cache save at each decode step, and what does it cost? Give the per-step
-# compute with and without it for a model of width `d` at step `t`.
+# compute with and without it for a model of width `d` at step `t`, and say which term dominates when.
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
-# Without a cache every step recomputes the key and value projections of all `t` earlier tokens:
-# `O(t·d²)` per layer per step, `O(N²·d²)` for `N` tokens. With a cache only the new token is
-# projected, `O(d²)`, and attention reads the `t` cached keys, `O(t·d)`. The price is memory:
-# `2 × layers × kv_heads × head_dim × bytes` per token, kept for as long as the token may be
-# attended to (lesson 0 counts both).
+# Let a layer hold `P` weights (projections and MLP, `P ~ 12·d²` to `14·d²`). **Without a cache**
+# a step reruns the *whole model* over all `t` tokens: the later layers' keys depend on the earlier
+# layers' outputs, so nothing short of the full forward gives them. Per layer that is `2P·t` FLOPs of
+# dense work plus causal attention over the prefix, `≈ 2·t²·d`: `O(t·d² + t²·d)` per step,
+# `O(N²·d² + N³·d)` for `N` tokens. **With a cache** only the new token passes through the layer,
+# `2P`, and its query reads the `t` cached keys and values, `4·t·d`: `O(d² + t·d)` per step.
+# Which term dominates: the dense one while `t` is small next to `P/d`; for Mistral 7B's shape
+# (`P ≈ 218 M`, `d = 4096`) attention takes over at `t ≈ 27k` with a cache and `≈ 53k` without.
+# A window caps the cached attention term at `4·W·d`, so the step cost stops growing.
+# The price of the cache is memory: `2 × layers × kv_heads × head_dim × bytes` per token, kept for
+# as long as the token may be attended to, and read at every step (on a GPU that read, not the
+# FLOPs, usually sets the speed). Lesson 0, section 1 works the numbers.
 #
 # </details>
 
@@ -102,8 +120,8 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # step: O(W) memory traffic and one allocation per token and layer (the slice after it is a free
 # view). Ring: write one token into slot `p % W`: O(1), no allocation. The *step* is still O(W),
 # though, because attention must read all `W` cached keys. The ring removes the extra
-# copy (roughly a write of the whole window on top of that read) and the allocator churn,
-# not the attention read itself.
+# copy (the cat reads the whole window and writes it again, on top of attention's read) and the
+# allocator churn, not the attention read itself.
 #
 # </details>
 
@@ -164,6 +182,10 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # than 4096 tokens), or share prompt prefixes between requests. A smaller window would also do
 # it, but the model was trained with 4096, so that changes its outputs.
 #
+# Where taught: paged layouts and prefix sharing in vLLM's PagedAttention paper (Kwon et al. 2023,
+# arXiv:2309.06180); an int8 cache stores one byte per value plus a scale per group (KIVI, Liu et al.
+# 2024, arXiv:2402.02750, goes to 2 bits).
+#
 # </details>
 
 # %% [markdown]
@@ -189,6 +211,9 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 #   (which fused kernels such as flash attention do not return), and its bookkeeping costs more.
 #   LRU is not what sliding-window attention needs: SWA's rule depends only on positions.
 #
+# Where taught: LRU and sinks in [lesson 5](05_eviction_policies.ipynb); H2O in its paper (Zhang et
+# al. 2023, arXiv:2306.14048).
+#
 # </details>
 
 # %% [markdown]
@@ -203,10 +228,16 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 #   back in slot order, so positions must be carried (RoPE applied before caching, a mask from
 #   positions for chunks). It reserves the whole window even for a 10-token request.
 # * **Paged blocks**: a pool of fixed-size blocks (e.g. 16 tokens) and a block table per sequence.
-#   No fragmentation, memory grows with the real length, prefixes can be shared between requests.
+#   No *external* fragmentation (any free block serves any sequence) and memory grows with the real
+#   length, but not none: the last block of each sequence is partly empty, up to `block - 1`
+#   slots wasted per sequence (vLLM bounds the waste to that one block: Kwon et al. 2023,
+#   arXiv:2309.06180, §4). Prefixes can be shared between requests (copy-on-write blocks).
 #   With a window, blocks that have slid entirely out of every query's window go back to the pool.
 #   Cost: an indirection (gather by block table) inside the attention kernel, and an allocator to
 #   maintain.
+#
+# Where taught: contiguous and ring in [lesson 3](03_ring_buffer.ipynb); paged blocks in the
+# PagedAttention paper above.
 #
 # </details>
 
@@ -263,19 +294,31 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 
 # %% [markdown]
 # ### Q12. With window `W`, which keys does query `i` attend to? How many? What does flash attention's
-# `window_size` argument need to be, and what went wrong in Hugging Face's Mistral?
+# `window_size` argument need to be, and does everyone count the same way?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
-# Keys `j` with `i - W < j <= i`: exactly `W` keys, the query's own included (for `W = 3`, query 5
-# sees 3, 4, 5). flash-attention's `window_size=(left, right)` counts keys *besides* the query on
-# each side, so the same rule is `window_size=(W - 1, 0)`. In 2025 Hugging Face's flash-attention
-# path passed `(W, W)` (transformers issue #39408): with causal masking each query saw `W + 1`
-# keys, one more than its eager/SDPA path, so the same model gave different results depending on
-# the attention backend. It was fixed by transformers 4.57, the oldest version this course compares
-# against. The
-# lesson for interviews: write the convention down once, and test the boundary at `W - 1`, `W`,
-# `W + 1`.
+# In this course, keys `j` with `i - W < j <= i`: exactly `W` keys, the query's own included (for
+# `W = 3`, query 5 sees 3, 4, 5). The same count in:
+#
+# * **flash-attention**: `window_size=(left, right)` counts keys *besides* the query on each side;
+#   `flash_attn_func`'s docstring says query `i` attends `[i - window_size[0], i + window_size[1]]`,
+#   so the rule is `window_size=(W - 1, 0)`;
+# * **Hugging Face** since the fix below: `masking_utils.sliding_window_overlay` keeps
+#   `kv_idx > q_idx - sliding_window`;
+# * **mistral-inference's xformers path**: `make_local_attention(W)` (`cache.py`), whose mask
+#   (`_materialize_causal_mask` in xformers' `attn_bias.py`) is `torch.triu(..., diagonal=-W + 1)`.
+#
+# Not everyone: Mistral's first **reference code**, `one_file_ref.py` (mistral-src, first commit,
+# line 261), builds its prefill mask with `torch.triu(mask, diagonal=-sliding_window)`, which admits
+# `i - W <= j <= i`, **W + 1** keys, while its decode path reads a rolling buffer of `W` slots; the
+# paper's own wording ("positions between i − W and i", arXiv:2310.06825, §2) reads the same way.
+# And Hugging Face's flash-attention path passed `window_size=(W, W)` (transformers issue #39408):
+# with causal masking `W + 1` keys, one more than its eager/SDPA path, so the same model gave
+# different results depending on the backend; fixed in PR #40163 (August 2025). Lesson 0 builds the
+# reference's mask and shows the extra key. For interviews: write the convention down once, and
+# test the boundary at `W - 1`, `W`, `W + 1`. (Mistral 7B v0.2 and later dropped sliding-window
+# attention altogether: its model card lists "No Sliding-Window Attention".)
 #
 # </details>
 
@@ -309,9 +352,43 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
+# %% [markdown]
+# ### Q15. A 62-layer model with 16 KV heads of 128 dims (bf16) serves 128k-token contexts. Compare the
+# KV cache per sequence with every layer global, and with 5 local layers (window 1024) per global one.
+# Which layers set the memory?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# Per token and layer: `2 × 16 × 128 × 2 B = 8 KiB`. All global: `62 × 131 072 × 8 KiB = 62 GiB`.
+# With 5 : 1 (Gemma 3's ratio): 10 global layers hold `10 × 131 072 × 8 KiB = 10 GiB` and 52 local
+# layers `52 × 1024 × 8 KiB ≈ 0.4 GiB`: about 10.4 GiB, six times less. The global layers set the
+# memory; shrinking the local window further would hardly help, raising the share of local layers
+# does. The calculator: `kv_cache_bytes(10, 16, 128, 131072) + kv_cache_bytes(52, 16, 128, 1024)`.
+# Lesson 0, section 3 draws it.
+#
+# </details>
+
+# %%
+print("all global:", human(kv_cache_bytes(62, 16, 128, 131072)))
+print("5 : 1 local/global, W = 1024:", human(kv_cache_bytes(10, 16, 128, 131072) + kv_cache_bytes(52, 16, 128, 1024)))
+
+# %% [markdown]
 # ## Where each topic is taught
 #
-# * Q1, Q4: [lesson 0](00_why_cache.ipynb). Q2, Q9, Q14: [lesson 3](03_ring_buffer.ipynb).
-# * Q12: the convention's docstring in `swkv_teach/masks.py`.
+# * Q1, Q3, Q4, Q5, Q13, Q15: [lesson 0](00_why_cache.ipynb) (costs, bytes, hybrid stacks, forgetting).
+# * Q2, Q9, Q14: [lesson 3](03_ring_buffer.ipynb); measured in [lesson 6](06_measuring.ipynb).
+# * Q7 (LRU, sinks): [lesson 5](05_eviction_policies.ipynb). Q10, Q11: [lesson 4](04_decoding_with_the_cache.ipynb)
+#   (RoPE and the `len(cache)` bug, chunked prefill).
+# * Q6, Q8 (paged blocks, quantisation, prefix sharing) and Q7 (H2O): the papers cited in their answers.
+# * Q12: the convention's docstring in `swkv_teach/masks.py` and lesson 0's off-by-one section.
 # * Building the naive cache yourself: [lesson 1](01_six_steps.ipynb) and
 #   [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb).
+# * All sources: [references](../docs/references.md); formulas: [cheat sheet](../docs/cheatsheet.md).
+#
+# ## Going further
+#
+# * Write the question you would ask about **speculative decoding** with a ring cache: the draft's
+#   rejected tokens must be taken back out of the cache. What must a ring keep to roll back `k`
+#   tokens, and what does that cost?
+# * Redo Q6 for a 5 : 1 hybrid model instead of Mistral 7B: how many sequences fit, and what now
+#   limits the batch?
