@@ -27,6 +27,10 @@ and their RoPE angles (:meth:`Decoder.step`). What it skips: the mask, when
 one query attends over a cache that returns only keys inside its window
 (``KVCache.one_token_in_window``, see :func:`needs_no_mask`). Lesson 4 spells
 the step out with the mask; the tests hold both paths to the oracle.
+
+A cache that evicts by attention (``wants_attention``: H2O, TOVA) gets its
+layer's attention probabilities through ``observe``; only such layers pay for
+the explicit softmax (:meth:`Attention.attend_with_weights`).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import torch.nn.functional as F
 from swkv_teach._validate import check_nonnegative_int, check_positive_int
 from swkv_teach.attention import cached_attention
 from swkv_teach.caches import CACHE_KINDS, KVCache, make_cache
+from swkv_teach.masks import window_mask
 
 __all__ = ["Attention", "Block", "Decoder", "DecoderConfig", "LayerCaches", "MLP", "RMSNorm", "needs_no_mask", "rotary"]
 
@@ -180,6 +185,32 @@ class Attention(nn.Module):
         y = cached_attention(q, k, v, q_positions, k_positions, W, num_sinks)  # (B, nh, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, nh * hd))
 
+    def attend_with_weights(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        q_positions: torch.Tensor,
+        k_positions: torch.Tensor,
+        num_sinks: int = 0,
+        window_size: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`attend` with the softmax spelled out: ``(B, T, dim)`` and the probabilities ``(B, nh, T, n)``.
+
+        Only for caches that evict by attention (``wants_attention``): a fused
+        kernel never materialises the probabilities, so every other cache keeps
+        :meth:`attend`. Softmax in float32, as Hugging Face's eager attention.
+        """
+        B, nh, T, hd = q.shape
+        W = self.config.window_size if window_size is None else window_size
+        group = nh // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # HF's repeat_kv layout
+        mask = window_mask(q_positions, k_positions, W, num_sinks).to(q.device)  # (T, n)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(hd)  # (B, nh, T, n)
+        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")).float(), dim=-1).to(q.dtype)
+        y = weights @ v  # (B, nh, T, hd)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, nh * hd)), weights
+
     def attend_unmasked(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """One query ``(B, nh, 1, hd)`` over keys/values ``(B, nkv, n, hd)`` it may all see -> ``(B, 1, dim)``.
 
@@ -260,6 +291,9 @@ class Block(nn.Module):
             k, v = cache.update(k, v)  # keys cached after RoPE
             if needs_no_mask(cache, x.shape[1], W, num_sinks):
                 y = self.attn.attend_unmasked(q, k, v)
+            elif getattr(cache, "wants_attention", False):  # H2O, TOVA: they evict by these probabilities
+                y, weights = self.attn.attend_with_weights(q, k, v, positions, cache.positions, num_sinks, W)
+                cache.observe(weights)
             else:
                 y = self.attn.attend(q, k, v, positions, cache.positions, num_sinks, W)
         x = x + y
