@@ -3,9 +3,8 @@
 Every operation is mirrored on the library's :class:`~swkv_teach.caches.LRUKVCache`
 (the oracle). Every ``get`` must return what the oracle's returns, and after
 every operation the learner's whole state is compared with the oracle's: a
-deep copy of the learner's cache is asked for every id ever put (misses first,
-then the stored ids least recent first, an order that changes nothing in a
-right LRU). Short scripted scenarios come first, then long random sequences
+fresh deep copy of the learner's cache is asked for each id ever put, one id per
+copy, so the reads change nothing. Short scripted scenarios come first, then long random sequences
 (sizes 1, 2, 3, 5, 8: gets before the cache is full, misses, re-puts with new
 and with identical values), then ``ValueError`` for ``max_size <= 0``.
 
@@ -70,30 +69,29 @@ class _Script:
         self.compare_state()
 
     def compare_state(self) -> None:
-        """Ask a deep copy of the learner's cache for every id ever put; each must answer as the oracle's."""
+        """Ask the learner's cache, through deep copies, for every id ever put: each answer as the oracle's.
+
+        One copy per id, so one read's side effects (a get promotes) cannot change the next.
+        """
         if not self.state:
             return
-        try:
-            twin = copy.deepcopy(self.mine)
-        except Exception:
-            return  # an object that cannot be copied is judged by its gets alone
         stored = self.oracle.ids()
         gone = [i for i in self.version if i not in stored]
         for token_id in gone + stored:
             exp = self.oracle.peek(token_id)
             try:
-                got = twin.get(token_id)
+                got = copy.deepcopy(self.mine).get(token_id)
             except Exception:
-                return  # the gets themselves will report it
+                return  # an object that cannot be copied is judged by its gets alone
             if _norm(got) != exp:
                 what = (f"id {token_id} should have been evicted by now, yet get({token_id}) returns {show(got)}"
                         if exp is None else
                         f"id {token_id} should be stored as {exp}, but get({token_id}) returns "
                         f"{MISS if got is None else show(got)}")
-                h = _state_hint(exp, got)
                 raise fail(self._case(), "after the last operation your cache's contents differ from a right LRU's "
                            f"(asked of a copy of your cache): {what}.",
-                           f"a right LRU now holds, least recent first: {stored}", hint=h, generic=True)
+                           f"a right LRU now holds, least recent first: {stored}", hint=_state_hint(exp, got),
+                           generic=True)
 
 
 def _norm(got):
@@ -142,8 +140,15 @@ def _probe(cls, size: int, ops) -> dict | None:
                 op_result = _norm(c.get(op[1]))
                 if len(op) > 2:
                     op[2].append(op_result)
-        twin = copy.deepcopy(c)
-        return {i: _norm(twin.get(i)) for i in range(10)}
+    except Exception:
+        return None
+    return {i: _read(c, i) for i in range(10)}
+
+
+def _read(cache, token_id):
+    """``get(token_id)`` on a deep copy of ``cache`` (so the read changes nothing); an error reads as a miss."""
+    try:
+        return _norm(copy.deepcopy(cache).get(token_id))
     except Exception:
         return None
 
@@ -182,8 +187,8 @@ def diagnose(cls) -> str | None:
     # capacity after many gets
     s = _probe(cls, 3, [*_fill(3), ("get", 0), ("get", 1), ("get", 2), ("get", 0), ("put", 3, "k3", "v3")])
     if s is not None and len(_held(s)) < 3:
-        return (f"your cache holds {len(_held(s))} entries after put(0..2), four gets and put(3), though max_size is "
-                "3: its capacity shrinks after gets. Do gets count as insertions (a size counter a get increments, "
+        return (f"after put(0..2), four gets and put(3) on a cache of max_size 3, a copy of yours finds only "
+                f"{len(_held(s))} of the 3 ids a right LRU holds (2, 0, 3): its capacity shrinks after gets. Do gets count as insertions (a size counter a get increments, "
                 "or a second list that a get appends to)? Count entries with len(the dict).")
     return None
 

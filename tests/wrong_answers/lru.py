@@ -129,3 +129,75 @@ class MissReturnsMinusOne:
             return -1
         self.d[token_id] = self.d.pop(token_id)
         return self.d[token_id]
+
+
+# ---------------------------------------------------------------- issue 10: blind spots and misdiagnoses
+@wrong("check_lru_cache", "(value, key)", "swapped")
+class GetReturnsValueKey(_LRU):
+    """get() returns the pair as (value, key)."""
+
+    def get(self, token_id):
+        pair = super().get(token_id)
+        return None if pair is None else (pair[1], pair[0])
+
+
+@wrong("check_lru_cache", "popitem", "most recent")
+class RePutPopsMostRecent(_LRU):
+    """On a re-put, removes 'the old entry' with popitem(), which drops the most recent one instead."""
+
+    def put(self, token_id, key, value):
+        if token_id in self.cache:
+            self.cache.popitem()
+        self.cache[token_id] = (key, value)
+        self.cache.move_to_end(token_id)
+        while len(self.cache) > self.max_size:
+            self.cache.popitem(last=False)
+
+
+@wrong("check_lru_cache", "re-put", "evicted the least recent")
+class EvictsBeforeInsert(_LRU):
+    """Evicts when full before inserting, even when the id is already stored (a re-put needs no room)."""
+
+    def put(self, token_id, key, value):
+        if len(self.cache) >= self.max_size:
+            self.cache.popitem(last=False)
+        self.cache[token_id] = (key, value)
+        self.cache.move_to_end(token_id)
+
+
+@wrong("check_lru_cache", "same key and value", "promote")
+class IdenticalRePutSkipped(_LRU):
+    """Skips a re-put whose key and value are unchanged ('nothing to do'), so it does not promote."""
+
+    def put(self, token_id, key, value):
+        if self.cache.get(token_id) == (key, value):
+            return
+        super().put(token_id, key, value)
+
+
+@wrong("check_lru_cache", "capacity shrinks after gets")
+class SizeCounterCountsGets(_LRU):
+    """Counts entries with a counter that get() also increments (it re-inserts through _insert): capacity shrinks."""
+
+    def __init__(self, max_size):
+        super().__init__(max_size)
+        self.size = 0
+
+    def _insert(self, token_id, pair):
+        self.cache[token_id] = pair
+        self.size += 1
+        while self.size > self.max_size:
+            self.cache.popitem(last=False)
+            self.size -= 1
+
+    def put(self, token_id, key, value):
+        if token_id in self.cache:
+            del self.cache[token_id]
+            self.size -= 1
+        self._insert(token_id, (key, value))
+
+    def get(self, token_id):
+        if token_id not in self.cache:
+            return None
+        self._insert(token_id, self.cache.pop(token_id))
+        return self.cache[token_id]

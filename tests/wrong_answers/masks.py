@@ -64,3 +64,28 @@ def window_without_causality(seq_len, window_size):
     i = torch.arange(seq_len)[:, None]
     j = torch.arange(seq_len)[None, :]
     return (i - j) < window_size
+
+
+# ---------------------------------------------------------------- issue 10: blind spots and misdiagnoses
+@wrong("check_sliding_window_mask", "shifted by one", "future key")
+def mask_shifted_onto_future(seq_len, window_size):
+    """`i - W + 1 < j <= i + 1`: W keys per query, but shifted one step into the future."""
+    i, j = _ij(seq_len)
+    return (j <= i + 1) & (j > i - window_size + 1)
+
+
+@wrong("check_sliding_window_mask", "column only")
+def mask_cut_by_column(seq_len, window_size):
+    """Causal, then only the last W columns of the whole sequence: the decode-time picture applied to every row."""
+    i, j = _ij(seq_len)
+    return (j <= i) & (j >= seq_len - window_size)
+
+
+_BUFFER = torch.ones(16, 16, dtype=torch.bool).tril()
+
+
+@wrong("check_sliding_window_mask", "(16, 16)", "(20, 20)")
+def mask_from_a_fixed_buffer(seq_len, window_size):
+    """Slices a precomputed 16 x 16 causal buffer: right up to 16 tokens, the wrong shape beyond."""
+    i, j = _ij(seq_len)
+    return _BUFFER[:seq_len, :seq_len] & (j > i - window_size)[:16, :16]
