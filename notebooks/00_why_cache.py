@@ -12,16 +12,20 @@
 # %% [markdown]
 # # Lesson 0 — Why a KV cache, and why a *sliding-window* one
 #
-# A decoder-only language model writes one token at a time. At every step the newest token's
-# query looks back at the **keys** and **values** of all earlier tokens. This lesson answers three
-# questions, each with a small experiment you can rerun and change:
+# **Time:** about 40 minutes, plus 10 for [exercise 02](../exercises/02_sliding_window_mask.ipynb).
 #
-# 1. **Why cache at all?** Recomputing every earlier key and value at each step is wasted work.
-# 2. **Why is an ordinary cache a problem?** It grows by a fixed number of bytes per token, forever.
-# 3. **What does sliding-window attention let us forget?** Everything older than the window, which
-#    is what makes a *bounded* cache possible — the subject of the next lessons.
+# **By the end you will be able to**
 #
-# Everything here imports the course library `swkv_teach`; nothing from it is redefined.
+# 1. write down the cost of one decode step with and without a KV cache, and say which term dominates when;
+# 2. compute a model's KV-cache bytes per token, and the memory of a hybrid local/global stack such as Gemma 3;
+# 3. state the window convention `i - W < j <= i`, draw its band mask, and spot the off-by-one in Mistral's
+#    reference code;
+# 4. explain why a model trained with a window can forget older keys *exactly*.
+#
+# A decoder-only language model writes one token at a time. At every step the newest token's query looks
+# back at the **keys** and **values** of earlier tokens. Everything here imports the course library
+# `swkv_teach`; nothing from it is redefined. Unfamiliar term? See the [glossary](../docs/glossary.md); the
+# formulas are on the [cheat sheet](../docs/cheatsheet.md), the sources in [references](../docs/references.md).
 
 # %%
 # %matplotlib inline
@@ -35,6 +39,7 @@ from swkv_teach.masks import allowed
 
 torch.manual_seed(0)
 dev = swkv_teach.device()  # cuda, then mps, then cpu
+plt.rcParams.update({"figure.dpi": 110, "font.size": 11})  # legible figures
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -43,103 +48,138 @@ print("running on", dev)
 # %% [markdown]
 # ## 1. Recomputing versus caching
 #
-# Take one attention layer with model width `d` and a single head (enough to see the idea). At decode
-# step `t` the new token `x_t` needs
+# Take a tiny model: `L = 2` attention layers of width `d`, one head each, with a residual connection
+# (no MLP, to keep the count short). Layer `l` turns its input `X` into queries, keys and values,
+# `Q = X W_q`, `K = X W_k`, `V = X W_v`, and each query attends to the keys at or before its position.
 #
-# * its query `q_t = x_t W_q`,
-# * the keys `K = X_{\le t} W_k` and values `V = X_{\le t} W_v` of **all** `t + 1` tokens so far,
-# * one row of attention: `softmax(q_t Kᵀ / √d) V`.
+# **Without a cache**, generating token `t` means running the *whole model* over all `t + 1` tokens again:
+# layer 2's keys for earlier positions are computed from layer 1's outputs at those positions, so every
+# layer recomputes every row, attention included. **With a cache**, each layer keeps the keys and values it
+# has already computed (a token's key does not change: `W_k` is fixed and the model is causal), and a step
+# computes only the new token's row.
 #
-# Without a cache we recompute `K` and `V` for every earlier token at every step. But `W_k` and
-# `W_v` do not change while we decode, and token 3's key is the same at step 10 as it was at step 3.
-# So we compute each token's key and value **once**, keep them, and append one row per step.
-# That store is the **KV cache**.
-#
-# Below, a tiny decoder layer runs both ways. PyTorch's `FlopCounterMode` counts the
-# floating-point operations of every matrix multiply, so the numbers are exact and machine-independent.
+# PyTorch's `FlopCounterMode` counts the floating-point operations of every matrix multiply, so the numbers
+# below are exact and machine-independent.
 
 # %%
-d, steps = 64, 64                                  # model width, tokens to decode
-W_q, W_k, W_v = (torch.randn(d, d, device=dev) / d**0.5 for _ in range(3))
-X = torch.randn(steps, d, device=dev)              # stand-ins for the token embeddings
+d, L, steps = 64, 2, 48                                # width, layers, tokens to decode
+weights = [[torch.randn(d, d, device=dev) / d**0.5 for _ in range(3)] for _ in range(L)]
+X = torch.randn(steps, d, device=dev)                   # stand-ins for the token embeddings
 
 
-def decode_recompute(X):
+def decode_no_cache(X):
     outs = []
     for t in range(len(X)):
-        q = X[t : t + 1] @ W_q                     # (1, d)
-        K, V = X[: t + 1] @ W_k, X[: t + 1] @ W_v  # (t + 1, d): every key and value again
-        outs.append(attention(q, K, V))
+        h = X[: t + 1]                                  # the whole prefix, every step
+        causal = torch.ones(t + 1, t + 1, dtype=torch.bool, device=dev).tril()
+        for W_q, W_k, W_v in weights:
+            h = h + attention(h @ W_q, h @ W_k, h @ W_v, causal)   # (t + 1, d): every row again
+        outs.append(h[-1:])                             # only the last row is new
     return torch.cat(outs)
 
 
 def decode_cached(X):
-    outs, K, V = [], X[:0] @ W_k, X[:0] @ W_v      # empty (0, d) caches
+    outs, K, V = [], [X[:0] @ w[1] for w in weights], [X[:0] @ w[2] for w in weights]  # empty (0, d) per layer
     for t in range(len(X)):
-        x = X[t : t + 1]
-        q = x @ W_q
-        K = torch.cat([K, x @ W_k])                # only the new token's key and value
-        V = torch.cat([V, x @ W_v])
-        outs.append(attention(q, K, V))
+        h = X[t : t + 1]                                # only the new token
+        for l, (W_q, W_k, W_v) in enumerate(weights):
+            K[l] = torch.cat([K[l], h @ W_k])           # append this token's key and value
+            V[l] = torch.cat([V[l], h @ W_v])
+            h = h + attention(h @ W_q, K[l], V[l])     # (1, d): one query over t + 1 keys
+        outs.append(h)
     return torch.cat(outs)
 
 
 flops = {}
-for name, fn in [("recompute", decode_recompute), ("cached", decode_cached)]:
+for name, fn in [("no cache", decode_no_cache), ("KV cache", decode_cached)]:
     with FlopCounterMode(display=False) as counter:
-        out = fn(X)
+        fn(X)
     flops[name] = counter.get_total_flops()
-    print(f"{name:>9}: {flops[name] / 1e6:6.2f} MFLOPs for {steps} tokens")
+    print(f"{name:>9}: {flops[name] / 1e6:7.2f} MFLOPs for {steps} tokens")
 
-print("same outputs:", torch.allclose(decode_recompute(X), decode_cached(X), atol=1e-5))
-print(f"the cache saves {flops['recompute'] / flops['cached']:.1f}x the work")
+print("same outputs:", torch.allclose(decode_no_cache(X), decode_cached(X), atol=1e-4))
+print(f"the cache saves {flops['no cache'] / flops['KV cache']:.0f}x the work")
 
 
 # %% [markdown]
-# The same answer for a fraction of the work. Where does the difference come from? Per step, a
-# matrix multiply of an `(n, d)` by a `(d, d)` matrix costs `2·n·d²` FLOPs:
+# Same answer, a fraction of the work. Where does the difference come from? A matrix product of an `(m, n)`
+# by an `(n, p)` matrix costs `2·m·n·p` FLOPs. At step `t` (so `t + 1` tokens), per layer, with `n` the
+# number of rows computed (`t + 1` without a cache, `1` with one):
 #
-# | at step `t` (t + 1 tokens so far) | recompute            | cached          |
-# |-----------------------------------|----------------------|-----------------|
-# | query projection                  | `2d²`                | `2d²`           |
-# | key and value projections         | `2 · 2(t+1)d²`       | `2 · 2d²`       |
-# | scores `q Kᵀ` and weighted sum    | `2 · 2(t+1)d`        | `2 · 2(t+1)d`   |
+# | per layer, step `t`          | no cache (`n = t + 1`) | KV cache (`n = 1`) |
+# |------------------------------|------------------------|--------------------|
+# | projections `Q, K, V`        | `3 · 2(t+1)d²`         | `3 · 2d²`          |
+# | scores `Q Kᵀ`, weighted sum  | `2 · 2(t+1)²d`         | `2 · 2(t+1)d`      |
 #
-# Summed over `N` steps, recomputing costs `O(N² d²)` and caching `O(N d² + N² d)`. The
-# attention term, `O(t·d)` per step, remains either way: every step still *reads* every cached key.
-# The formula reproduces the counter exactly:
+# Our toy computes the full `(t+1) × (t+1)` score matrix and masks half of it, as a plain masked matmul does;
+# a causal kernel skips the masked half, `2(t+1)²d` instead of `4(t+1)²d`. The formula reproduces the counter:
 
 # %%
-def step_flops(t, d, cached):
-    n = 1 if cached else t + 1                     # tokens whose key/value we project
-    return 2 * d * d + 2 * (2 * n * d * d) + 2 * (2 * (t + 1) * d)
+def step_flops(t, d, L, cached):
+    n = 1 if cached else t + 1                          # rows computed per layer
+    return L * (3 * 2 * n * d * d + 2 * 2 * n * (t + 1) * d)
 
 
-for name, cached in [("recompute", False), ("cached", True)]:
-    total = sum(step_flops(t, d, cached) for t in range(steps))
+for name, cached in [("no cache", False), ("KV cache", True)]:
+    total = sum(step_flops(t, d, L, cached) for t in range(steps))
     print(f"{name:>9}: formula {total:,}  counter {flops[name]:,}  match: {total == flops[name]}")
 
+# %% [markdown]
+# ### The complete cost, and which term dominates when
+#
+# A real layer also has an output projection and an MLP. Call `P` its parameter count; every token that
+# passes through it costs `2P` FLOPs of dense work. Attention costs `4·d` FLOPs per (query, key) pair. Per
+# layer, at step `t`:
+#
+# * **no cache**: `2P·(t+1)` dense plus `≈ 2·(t+1)²·d` attention (causal). Quadratic in `t` per step; summed
+#   over `N` generated tokens, `O(N²·P + N³·d)`.
+# * **KV cache**: `2P` dense plus `4·(t+1)·d` attention. Linear in `t` per step: the attention term *grows*.
+# * **KV cache with a window `W`**: `2P` plus `4·min(t+1, W)·d`. Flat once `t ≥ W`.
+#
+# For Mistral 7B (`d = 4096`, 8 KV heads of 128 for GQA, MLP width 14336) one layer holds
+# `P ≈ 218 M` parameters:
+
 # %%
-# the per-step cost at a 7B-like width (d = 4096): a line against a flat floor
-t = torch.arange(0, 8192, 64)
-fig, ax = plt.subplots(figsize=(6, 3), dpi=90)
-ax.plot(t, [step_flops(int(s), 4096, False) / 1e9 for s in t], label="recompute K, V every step")
-ax.plot(t, [step_flops(int(s), 4096, True) / 1e9 for s in t], label="KV cache")
-ax.set(xlabel="decode step t", ylabel="GFLOPs per step (one layer)", yscale="log")
-ax.legend()
-plt.show()
-plt.close(fig)
+d7, d_kv7, mlp7, W_mistral = 4096, 8 * 128, 14336, 4096
+P = d7 * d7 + 2 * d7 * d_kv7 + d7 * d7 + 3 * d7 * mlp7    # W_q, W_k and W_v, W_o, SwiGLU MLP
+print(f"P = {P / 1e6:.0f} M parameters per layer; 2P = {2 * P / 1e6:.0f} MFLOPs per token per layer\n")
+
+
+def per_layer(t, mode):
+    """(dense, attention) FLOPs of one layer at decode step t."""
+    n = t + 1
+    if mode == "no cache":
+        return 2 * P * n, 2 * n * n * d7                # causal attention over the whole prefix
+    keys = n if mode == "KV cache" else min(n, W_mistral)
+    return 2 * P, 4 * keys * d7
+
+
+print(f"{'t':>7} | {'no cache':>24} | {'KV cache':>24} | {'KV cache, W = 4096':>24}")
+for t in (1024, 4096, 32768, 131072):
+    row = []
+    for mode in ("no cache", "KV cache", "window"):
+        dense, attn = per_layer(t, mode)
+        row.append(f"{(dense + attn) / 1e9:9.1f} GF, {'attn' if attn > dense else 'dense':>5} {max(dense, attn) / (dense + attn):4.0%}")
+    print(f"{t:>7} | " + " | ".join(row))
 
 # %% [markdown]
+# Read the table as "GFLOPs per layer per token, and the term that dominates with its share":
+#
+# * Without a cache the dense recompute dominates until `t ≈ P / d ≈ 53k` tokens, then attention's quadratic
+#   term takes over. Either way a step costs thousands of times a cached one.
+# * With a cache the dense `2P` dominates until `4·(t+1)·d = 2P`, about 27k tokens; beyond that attention
+#   does, and the step keeps getting dearer: 2.6 GFLOPs at 128k, six times the cost of the first step. The
+#   cached cost is **not** flat.
+# * With a window the attention term stops at `4·W·d`, 15 % of the dense cost: the step cost is flat for ever.
+#
+# FLOPs are only half the story: a decode step must also *read* every cached key and value from memory, and
+# on a GPU that read, not the arithmetic, usually sets the speed. Which brings us to bytes.
+#
 # ## 2. The price: a cache that grows by a fixed amount per token
 #
-# Caching trades compute for memory. Every token leaves behind one key and one value **in every
-# layer** and **for every key/value head**. For Mistral 7B:
-#
-# * 32 layers,
-# * 8 key/value heads (grouped-query attention: its 32 query heads share 8 KV heads),
-# * head dimension 128,
-# * fp16, 2 bytes per number.
+# Caching trades compute for memory. Every token leaves behind one key and one value **in every layer** and
+# **for every key/value head**. For Mistral 7B: 32 layers, 8 key/value heads (grouped-query attention: its
+# 32 query heads share 8 KV heads), head dimension 128, fp16 (2 bytes per number).
 
 # %%
 layers, kv_heads, head_dim, bytes_per_value = 32, 8, 128, 2   # Mistral 7B in fp16
@@ -148,8 +188,8 @@ print(f"{per_token:,} bytes per token = {per_token / 1024:.0f} KiB")
 
 # %% [markdown]
 # **128 KiB per token.** Let the library confirm the arithmetic for one layer: feed a cache
-# (`make_cache("naive", W)`, the plain sliding-window cache we build in lesson 1) ten tokens of
-# Mistral's shape `(batch=1, kv_heads=8, tokens=1, head_dim=128)` in fp16 and ask for its `nbytes`.
+# (`make_cache("naive", W)`, the plain sliding-window cache we build in lesson 1) ten tokens of Mistral's
+# shape `(batch=1, kv_heads=8, tokens=1, head_dim=128)` in fp16 and ask for its `nbytes`.
 
 # %%
 W_small = 4
@@ -162,22 +202,18 @@ per_layer_token = cache.nbytes // len(cache)
 print(f"bytes per token per layer: {per_layer_token:,}; times {layers} layers = {per_layer_token * layers:,}")
 
 # %% [markdown]
-# An ordinary (unbounded) cache holds every token it has seen, so its size is
-# `tokens × 128 KiB`: 1 GiB at 8k tokens, 4 GiB at 32k, **per sequence**. Serve 32 sequences at
-# once and multiply by 32. A sliding-window cache with Mistral's window `W = 4096` stops growing at
-# `4096 × 128 KiB = 512 MiB`.
+# An ordinary (unbounded) cache holds every token it has seen, so its size is `tokens × 128 KiB`: 1 GiB at
+# 8k tokens, 4 GiB at 32k, **per sequence**. Serve 32 sequences at once and multiply by 32. A sliding-window
+# cache with Mistral's window `W = 4096` stops growing at `4096 × 128 KiB = 512 MiB`.
 
 # %%
-W_mistral = 4096
 tokens = torch.arange(0, 32_769, 256)
-unbounded = tokens * per_token / 2**30
-windowed = tokens.clamp(max=W_mistral) * per_token / 2**30
-
-fig, ax = plt.subplots(figsize=(6, 3), dpi=90)
-ax.plot(tokens, unbounded, label="ordinary cache (keeps everything)")
-ax.plot(tokens, windowed, label=f"sliding window, W = {W_mistral}")
-ax.set(xlabel="tokens generated", ylabel="KV cache, GiB per sequence",
+fig, ax = plt.subplots(figsize=(6.5, 3.4))
+ax.plot(tokens, tokens * per_token / 2**30, label="ordinary cache (keeps everything)")
+ax.plot(tokens, tokens.clamp(max=W_mistral) * per_token / 2**30, label=f"sliding window, W = {W_mistral}")
+ax.set(xlabel="tokens generated", ylabel="KV cache, GiB per sequence", ylim=(0, None),
        title="Mistral 7B shape, fp16: 128 KiB per token")
+ax.grid(alpha=0.3)
 ax.legend()
 plt.show()
 plt.close(fig)
@@ -187,11 +223,54 @@ for n in (4096, 8192, 32768):
           f" windowed {min(n, W_mistral) * per_token / 2**30:5.2f} GiB")
 
 # %% [markdown]
-# ## 3. What sliding-window attention lets us forget
+# ## 3. Sliding windows in current practice: hybrid stacks
 #
-# In **sliding-window attention** (SWA) the query at position `i` attends only to the last `W`
-# keys, itself included. The course uses one convention everywhere, written once in
-# `swkv_teach.masks`:
+# Mistral 7B v0.1 used a window of 4096 in **every** layer. Its successors did not: the model card of
+# Mistral 7B v0.2 lists "No Sliding-Window Attention", and its `config.json` says `"sliding_window": null`
+# (32k context instead). Current open models mostly **mix** layer types ([references](../docs/references.md)):
+#
+# * **Gemma 2** alternates a local sliding-window layer (`W = 4096`) with a global layer, 1 : 1.
+# * **Gemma 3** uses 5 local layers (`W = 1024`) for every global one, to cut KV memory at 128k context.
+#
+# A local layer's cache stops at `W` tokens; a global layer's grows with the context. So the memory of a
+# stack is `(L_global · T + L_local · min(T, W)) · 2 · H_kv · D · bytes`. Gemma 3 27B has 62 layers,
+# 16 KV heads of 128, bf16; at `T = 128k`:
+
+# %%
+def stack_bytes(T, n_global, n_local, W, kv_heads=16, head_dim=128, nbytes=2):
+    per_token_layer = 2 * kv_heads * head_dim * nbytes
+    return (n_global * T + n_local * min(T, W)) * per_token_layer
+
+
+T, L_g3 = 131_072, 62
+stacks = {                                              # (global layers, local layers, window)
+    "all global": (L_g3, 0, 0),
+    "1 : 1, W = 4096\n(Gemma 2's ratio)": (L_g3 // 2, L_g3 - L_g3 // 2, 4096),
+    "5 : 1, W = 1024\n(Gemma 3)": (L_g3 // 6, L_g3 - L_g3 // 6, 1024),
+    "all local\nW = 1024": (0, L_g3, 1024),
+}
+gib = {name: stack_bytes(T, *cfg) / 2**30 for name, cfg in stacks.items()}
+for name, g in gib.items():
+    print(f"{name.replace(chr(10), ' '):>34}: {g:6.2f} GiB per sequence")
+
+fig, ax = plt.subplots(figsize=(7.5, 3.6))
+bars = ax.bar(list(gib), list(gib.values()), color=["#999999", "#6baed6", "#2171b5", "#08306b"])
+ax.bar_label(bars, fmt="%.1f GiB")
+ax.set(ylabel="KV cache, GiB per sequence", ylim=(0, max(gib.values()) * 1.15),
+       title="Gemma 3 27B shape, bf16, 128k tokens")
+plt.show()
+plt.close(fig)
+
+# %% [markdown]
+# The ten global layers hold 10 of Gemma 3's 10.4 GiB: once most layers are local, the **global** layers set
+# the memory, and the window's size hardly matters. That is why Gemma 3 raised the ratio of local layers
+# rather than only shrinking `W`. The local layers are where this course's cache lives: each of them needs
+# exactly the bounded, sliding-window cache built in lessons 1 and 3.
+#
+# ## 4. What sliding-window attention lets us forget
+#
+# In **sliding-window attention** (SWA) the query at position `i` attends only to the last `W` keys, itself
+# included. The course uses one convention everywhere, written once in `swkv_teach.masks`:
 #
 # > query `i` attends key `j` exactly when `i - W < j <= i`.
 #
@@ -204,19 +283,31 @@ print(sliding_window_mask(6, 3).int())
 print("query 5 sees key 3:", bool(allowed(5, 3, 3)), "| key 2:", bool(allowed(5, 2, 3)))
 
 # %% [markdown]
-# Next to ordinary causal attention, the sliding window is a **band** of width `W` along the
-# diagonal. Mistral uses `W = 4096`; here `W = 4` on 16 tokens so you can count the squares.
+# Next to ordinary causal attention, the window is a **band** `W` squares wide along the diagonal. Below,
+# `W = 4` on 16 tokens: dark squares are attended, pale ones are causal keys the window drops. Count the
+# squares in any row.
 
 # %%
-T, W = 16, 4
-causal = torch.ones(T, T, dtype=torch.bool).tril()
-band = sliding_window_mask(T, W)
+T_small, W = 16, 4
+causal = torch.ones(T_small, T_small, dtype=torch.bool).tril()
+band = sliding_window_mask(T_small, W)
 
-fig, axes = plt.subplots(1, 2, figsize=(7, 3.4), dpi=90)
-for ax, m, title in [(axes[0], causal, "causal: all earlier keys"), (axes[1], band, f"sliding window, W = {W}")]:
-    ax.imshow(m, cmap="Blues", vmin=0, vmax=1.3)
-    ax.set(title=title, xlabel="key position j", ylabel="query position i")
-plt.tight_layout()
+
+def draw_mask(ax, cells, title):
+    # cells: (T, T) ints, 0 empty, 1 pale, 2 dark, 3 highlight; grid lines between squares
+    from matplotlib.colors import ListedColormap
+    ax.imshow(cells, cmap=ListedColormap(["white", "#c6dbef", "#2171b5", "#fd8d3c"]), vmin=0, vmax=3)
+    n = cells.shape[0]
+    ax.set_xticks(torch.arange(-0.5, n, 1), minor=True)
+    ax.set_yticks(torch.arange(-0.5, n, 1), minor=True)
+    ax.grid(which="minor", color="#888888", linewidth=0.5)
+    ax.tick_params(which="minor", length=0)
+    ax.set(title=title, xlabel="key position j", ylabel="query position i",
+           xticks=range(0, n, 2), yticks=range(0, n, 2))
+
+
+fig, ax = plt.subplots(figsize=(4.6, 4.6))
+draw_mask(ax, causal.int() + band.int(), f"W = {W}: attended (dark), dropped (pale)")
 plt.show()
 plt.close(fig)
 
@@ -224,25 +315,83 @@ print("keys per query, causal:", causal.sum(1).tolist())
 print("keys per query, window:", band.sum(1).tolist())
 
 # %% [markdown]
-# Read the band by **columns**. Key `j` is needed by queries `j, j + 1, …, j + W - 1` and by
-# nobody after that. Once the model has produced the query at position `j + W - 1`, key `j` is
-# dead for good. At any moment only the **last `W` keys** can ever be looked at again, so a cache
-# may keep those and throw the rest away. The mask proves it column by column:
+# **Your turn (10 minutes):** build this mask yourself in
+# [exercises/02_sliding_window_mask.ipynb](../exercises/02_sliding_window_mask.ipynb). Then come back: the
+# next cell shows a mask that is off by one, in code you may meet.
+#
+# ### Whose `W`? The off-by-one in Mistral's reference code
+#
+# "Window `W`" is ambiguous: `W` keys, or `W` keys *before* the query plus its own? Hugging Face
+# (`kv_idx > q_idx - W`), flash-attention (`window_size=(W - 1, 0)`) and xFormers (used by mistral-inference)
+# all count `W` keys, like us. Mistral's one-file reference implementation, `one_file_ref.py`, builds its
+# prefill mask like this (line 261 of its first commit):
+#
+# ```python
+# mask = torch.tril(torch.ones(seqlen, seqlen), diagonal=0)
+# mask = torch.triu(mask, diagonal=-self.args.sliding_window)
+# ```
+#
+# `triu(·, diagonal=-W)` keeps keys with `j >= i - W`: one more than ours. Build it and compare:
 
 # %%
-last_reader = [int(band[:, j].nonzero().max()) for j in range(T - W + 1)]
+reference = torch.triu(torch.ones(T_small, T_small).tril(), diagonal=-W).bool()  # one_file_ref.py's band
+extra = reference & ~band
+print("keys per query, reference:", reference.sum(1).tolist())
+print("extra key of query i is at j = i - W:", all(int(extra[i].nonzero()) == i - W for i in range(W, T_small)))
+
+fig, ax = plt.subplots(figsize=(4.6, 4.6))
+draw_mask(ax, band.int() * 2 + extra.int() * 3, f"ours (dark) and the reference's extra key (orange)")
+plt.show()
+plt.close(fig)
+
+# %% [markdown]
+# The reference lets query `i` also see key `i - W`: **W + 1** keys. The Mistral 7B paper's wording reads
+# the same way ("attends to all hidden states from the previous layer with positions between i − W and i",
+# §2). Yet the same file decodes through a rolling buffer of `W` slots, so at decode time each query sees
+# only `W` keys: the reference is not even consistent with itself. Hugging Face's flash-attention path had
+# the same off-by-one (`window_size=(W, W)`) until v4.56.0 (issue #39408, PR #40163).
+#
+# Does one key matter? For a model served with exactly the window it was trained with, the cache is exact.
+# Served with one key fewer (or more), every query past the window sees a slightly different set: small,
+# but no longer exact, and exactly the kind of bug that tests must pin at `W - 1`, `W` and `W + 1`.
+#
+# ### Forgetting
+#
+# Read the band by **columns**. Key `j` is needed by queries `j, j + 1, …, j + W - 1` and by nobody after
+# that. Once the model has produced the query at position `j + W - 1`, key `j` is dead for good. At any moment
+# only the **last `W` keys** can ever be looked at again, so a cache may keep those and throw the rest away.
+# The mask proves it column by column:
+
+# %%
+last_reader = [int(band[:, j].nonzero().max()) for j in range(T_small - W + 1)]
 print("last query that reads key j:", last_reader)
-print("equals j + W - 1 for every j:", last_reader == [j + W - 1 for j in range(T - W + 1)])
+print("equals j + W - 1 for every j:", last_reader == [j + W - 1 for j in range(T_small - W + 1)])
 
 # %% [markdown]
 # Two remarks, both good interview material:
 #
-# * **Forgetting is exact, not an approximation.** A model *trained* with a window never uses
-#   keys outside it, so a cache that drops them changes nothing. (Dropping keys from a model
-#   trained with full attention *is* an approximation; lesson 5's attention sinks exist because of
-#   that.)
-# * **Information still travels further than `W`.** Layer 2's key at position `j` already mixes
-#   layer 1's values from `j - W + 1 … j`. After `L` layers a token can be influenced by roughly
-#   `L × W` earlier tokens: 32 × 4096 ≈ 131k for Mistral 7B.
+# * **Forgetting is exact, not an approximation.** A model *trained* with a window never uses keys outside
+#   it, so a cache that drops them changes nothing. (Dropping keys from a model trained with full attention
+#   *is* an approximation; lesson 5's attention sinks exist because of that.)
+# * **Information still travels further than `W`.** Layer 2's key at position `j` already mixes layer 1's
+#   values from `j - W + 1 … j`. After `L` layers a token can be influenced by up to `L × (W - 1)` earlier
+#   tokens: about 131k for Mistral 7B (32 × 4095).
+#
+# ## What to remember
+#
+# * Without a cache every step reruns the model over the prefix: `O(t·P + t²·d)` per layer. With a cache:
+#   `O(P + t·d)`, still growing. With a window: `O(P + W·d)`, flat.
+# * KV bytes per token: `2 · L · H_kv · D · bytes` (128 KiB for Mistral 7B). A hybrid stack's memory is set
+#   by its global layers.
+# * The convention: `i - W < j <= i`, `W` keys. Mistral's `one_file_ref.py` prefill mask admits `W + 1`.
+#
+# ## Going further
+#
+# * Redo the table of section 1 for a model you use (Llama 3 8B: `d = 4096`, 8 KV heads of 128, MLP 14336).
+#   Past what context does attention dominate a cached step? How does that change if the model were
+#   served in int8 and you counted bytes read per step instead of FLOPs?
+# * Gemma 3 could have kept 1 : 1 and shrunk `W` instead. Tabulate KV memory at 32k and 128k for ratios
+#   1 : 1 … 7 : 1 and windows 512 … 4096. Which knob matters at which context length, and what might a
+#   larger ratio cost in quality?
 #
 # **Next:** lesson 1 builds the bounded cache, `SlidingWindowKVCache`, one step at a time.

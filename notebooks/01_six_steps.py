@@ -12,6 +12,16 @@
 # %% [markdown]
 # # Lesson 1 — A sliding-window KV cache in six steps
 #
+# **Time:** about 35 minutes, plus 15 for [exercise 01](../exercises/01_sliding_window_cache.ipynb), which
+# you do in the middle of the lesson.
+#
+# **By the end you will be able to**
+#
+# 1. write `SlidingWindowKVCache.update` from memory, with the tensor layout `(batch, heads, tokens, head_dim)`;
+# 2. say what `torch.cat` and the slice each cost (a copy of the window, and nothing), and prove it;
+# 3. name the return-before-evicting bug and show which window rule it breaks;
+# 4. check a cache against a reference implementation step by step.
+#
 # The task, as interviewers and textbooks pose it:
 #
 # > Write `SlidingWindowKVCache(window_size)` with one method, `update(k_new, v_new)`. Each call
@@ -26,9 +36,7 @@
 # At the end our class is compared with the library's `swkv_teach.SlidingWindowKVCache` on a random stream.
 
 # %%
-# %matplotlib inline
 import torch
-import matplotlib.pyplot as plt
 
 import swkv_teach
 from swkv_teach.masks import allowed
@@ -147,6 +155,11 @@ for x in [1.0, 2.0, 3.0, 4.0, 5.0]:
 # `window_size`: `self.k[:, :, -window_size:]`. The oldest token sits at the front of the token
 # axis, so it is the one that falls off. No index bookkeeping is needed: the slice *is* the
 # eviction policy.
+#
+# > **Your turn, before you read on (15 minutes).** You now have everything the finished class needs.
+# > Open [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb), write the
+# > whole class (steps 1–5) yourself and run its check cell: it grades your cache against the library's on
+# > many shapes, dtypes and lengths. Then come back and compare with the code below.
 
 # %%
 class SlidingWindowKVCache:
@@ -263,44 +276,16 @@ for _ in range(steps):
     lengths["windowed"].append(windowed.update(k_new, v_new)[0].shape[2])
     lengths["unbounded"].append(unbounded.update(k_new, v_new)[0].shape[2])
 
-fig, ax = plt.subplots(figsize=(6, 3), dpi=90)
-ax.plot(lengths["unbounded"], label="step 3: no eviction")
-ax.plot(lengths["windowed"], label=f"step 4: sliding window, W = {W}")
-ax.set(xlabel="update calls", ylabel="tokens in the cache")
-ax.legend()
-plt.show()
-plt.close(fig)
-
-print(f"longest windowed cache: {max(lengths['windowed'])} tokens (W = {W})")
-print("ceiling holds at every step:", all(n <= W for n in lengths["windowed"]))
+for name, n in lengths.items():
+    print(f"{name:>9}: length after 10, 100, 1000 updates = {n[9]}, {n[99]}, {n[999]}; longest {max(n)}")
+print(f"ceiling W = {W} holds at every step:", all(n <= W for n in lengths["windowed"]))
+print("equals min(t, W) at every step:", lengths["windowed"] == [min(t, W) for t in range(1, steps + 1)])
 
 
 # %% [markdown]
-# ## The whole class, and a check against the library
+# ## A check against the library
 #
-# Here is the finished class once more, with nothing marked: eleven lines of logic.
-
-# %%
-class SlidingWindowKVCache:
-    def __init__(self, window_size: int):
-        self.window_size = window_size
-        self.k = None
-        self.v = None
-
-    def update(self, k_new, v_new):
-        if self.k is None:
-            self.k, self.v = k_new, v_new
-        else:
-            self.k = torch.cat([self.k, k_new], dim=2)
-            self.v = torch.cat([self.v, v_new], dim=2)
-        if self.k.shape[2] > self.window_size:
-            self.k = self.k[:, :, -self.window_size:]
-            self.v = self.v[:, :, -self.window_size:]
-        return self.k, self.v
-
-
-# %% [markdown]
-# The library's `swkv_teach.SlidingWindowKVCache` has the same API and, for one-token updates, the
+# Our class is step 4's (steps 5 and 6 only added siblings). The library's `swkv_teach.SlidingWindowKVCache` has the same API and, for one-token updates, the
 # same behaviour; it adds argument checks, prompt chunks, and the shared cache interface
 # (`positions`, `seen`, `nbytes`, `reset`) that later lessons use. On a random stream both must
 # return identical tensors at every step (`torch.equal`: same shape, bit for bit).
@@ -327,5 +312,14 @@ print("library cache:", theirs)
 # * The slice is a free view; the `torch.cat` copies the whole window at every step: O(W) time and
 #   a fresh allocation per token (lesson 3).
 #
-# **Your turn:** [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb)
-# asks you to write this class yourself, and grades it against the library on tricky cases.
+# If you skipped it, do [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb)
+# now: its checks try shapes, dtypes and lengths this lesson did not.
+#
+# ## Going further
+#
+# * Prefill hands the cache a whole chunk of `c` tokens at once. What must `update` return so that the
+#   chunk's *first* query still sees its `W - 1` predecessors, and what should it keep afterwards? Write it,
+#   then compare with the chunk contract on the [cheat sheet](../docs/cheatsheet.md) (lesson 3 uses it).
+# * The cat allocates a fresh `W + 1`-token tensor every step. Design a cache that preallocates `2W` slots
+#   and copies only once every `W` steps. What is its amortised cost per token, and what does it return?
+#   Lesson 3's ring buffer takes the idea to its end.

@@ -12,6 +12,14 @@
 # %% [markdown]
 # # Lesson 2 — Watching eviction
 #
+# **Time:** about 20 minutes.
+#
+# **By the end you will be able to**
+#
+# 1. predict, for any step and window, which tokens a sliding-window cache holds and which it has evicted;
+# 2. say where a ring buffer puts each token, and why its token set equals the sliding cache's;
+# 3. say what attention sinks add to the window, and why an LRU cache is not a sliding window.
+#
 # In [lesson 1](01_six_steps.ipynb) you built a sliding-window KV cache. Here you *watch* one work:
 # which tokens it keeps, which it throws away, and where each token sits in memory.
 #
@@ -28,7 +36,7 @@ import torch
 
 torch.manual_seed(0)  # nothing random below, but every lesson starts the same way
 
-from swkv_teach.plots import plot_attention_band, plot_memory, plot_slots, plot_step, plot_token_stream
+from swkv_teach.plots import plot_attention_band, plot_slots, plot_step, plot_token_stream
 from swkv_teach.trace import record
 from swkv_teach.widgets import EvictionExplorer, compare_policies
 
@@ -43,7 +51,8 @@ from swkv_teach.widgets import EvictionExplorer, compare_policies
 # * **Bottom right**: the attention mask; the outlined row is the current query, the dots are the keys the
 #   cache holds. For a correct window cache the dots sit exactly on the blue band.
 #
-# Try the **policy** menu: `ring` and `sinks` keep the same tokens as `sliding`, but in different slots.
+# Try the **policy** menu. `ring` keeps exactly the tokens `sliding` keeps, in different slots. `sinks` keeps
+# those *and* the first `S` tokens (2 here), pinned for ever: it holds `S` more than the window.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -112,18 +121,23 @@ for t in (3, 4, 10):
 compare_policies(24, 4, policies=("sliding", "lru"), access_pattern="0")
 
 # %% [markdown]
-# ## Why bother: memory
+# ## Why bother
 #
-# For a 7B-class model (32 layers, 8 key/value heads, head_dim 128, float16) every token costs 128 KiB
-# of keys and values. An unbounded cache grows with the conversation; a sliding window stops at `W` tokens.
-
-# %%
-plot_memory(steps=32768, window_size=4096, num_layers=32, num_kv_heads=8, head_dim=128, dtype=torch.float16)
+# Every policy above holds a bounded number of tokens; [lesson 0](00_why_cache.ipynb) showed what that is worth
+# (512 MiB instead of 4 GiB at 32k tokens for Mistral 7B). The four policies differ in *which* tokens they
+# hold, and only the first two compute exactly what a sliding-window model was trained to compute.
 
 # %% [markdown]
 # ## Your turn
 #
-# * Build the ring buffer yourself: [exercises/03_ring_buffer.ipynb](../exercises/03_ring_buffer.ipynb).
+# * Predict first, then check with the explorer: with `W = 5`, which slot of the ring holds token 13, and
+#   which token does token 15 overwrite? With `sinks` (`S = 2`, `W = 4`), which tokens are held at step 20?
 # * Not done with lesson 1's cache yet? [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb).
-# * Before you start, predict with the explorer: with `W = 5`, which slot holds token 13, and which token
-#   does token 15 overwrite? Then move the sliders and check.
+#   The ring buffer's exercise comes with lesson 3, which teaches it; the sinks' with lesson 5.
+#
+# ## Going further
+#
+# * Find an access pattern for which `lru` holds exactly the window's tokens at every step although it
+#   reads at every step. What must be true of the reads? (Hint: what does a read of the newest token promote?)
+# * The explorer's mask panel marks the keys a cache holds. Sketch what it would show for a cache that keeps
+#   `W + 1` tokens, like the reference mask of lesson 0. Which query would see a key it should not?
