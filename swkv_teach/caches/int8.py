@@ -17,10 +17,11 @@ keys and for values, against ``4 * head_dim`` in float32 or ``2 * head_dim``
 in float16. With ``head_dim = 128`` that is 132 / 512 bytes: 26 % of float32,
 52 % of float16.
 
-Hugging Face's ``QuantizedCache`` quantises too, but differently: group-wise
-along the channels (quanto or HQQ backends, 2 or 4 bits by default) and it
-keeps the most recent ``residual_length`` tokens in full precision; see
-lesson 8 for the details and the references.
+Hugging Face's ``QuantizedCache`` (transformers ``cache_utils.py``) quantises
+differently: per channel in groups of ``q_group_size=64`` (quanto or HQQ
+backends, ``nbits=4`` by default), after KIVI (Liu et al., 2024), and it keeps
+up to ``residual_length=128`` recent tokens in full precision, re-quantising
+everything together each time that buffer fills.
 
 The cache stores its int8 data and its scales in two
 :class:`~swkv_teach.caches.RingBufferKVCache` (slot ``p % W``, the same

@@ -122,7 +122,10 @@ class BlockPool:
         held = self.holdings()
         if not held:
             return "no sequence holds a block"
-        return ", ".join(f"sequence {s} holds {len(b)} block{'s' * (len(b) != 1)} {b}" for s, b in held.items())
+        return ", ".join(
+            f"{'sequence %d' % s if s >= 0 else 'take() with no owner'} holds {len(b)} block{'s' * (len(b) != 1)} {b}"
+            for s, b in held.items()
+        )
 
     # -------------------------------------------------------------- storage
     def check_layout(self, k_new: torch.Tensor) -> None:

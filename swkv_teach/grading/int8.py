@@ -1,0 +1,187 @@
+"""Check for exercise 09: int8 quantisation of keys/values, one absmax scale per token and head.
+
+``quantize(x)`` takes ``x`` ``(batch, heads, tokens, head_dim)`` (one token in the cache's
+decode step, several in a chunk) and returns ``q`` int8 of the same shape and ``scale``
+float32 ``(batch, heads, tokens, 1)``; ``dequantize(q, scale, dtype)`` returns ``q * scale``
+in ``dtype``. The oracle is :func:`swkv_teach.caches.int8.quantize_int8` /
+:func:`~swkv_teach.caches.int8.dequantize_int8`; ``q`` may differ from it only where
+``x / scale`` lands on a rounding tie, so ``q`` is judged by the bound
+``|x / scale - q| <= 1/2`` rather than by equality.
+
+Cases vary what the statement leaves free: batch != heads, one head, head_dims 2 to 16,
+several tokens at once, float32/float16/bfloat16/float64, magnitudes from 1e-3 to 1e3
+between tokens and heads (so one scale per tensor shows), rows whose largest magnitude
+is negative, exact ties, and all-zero tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from swkv_teach.caches.int8 import QMAX, dequantize_int8, quantize_int8
+from swkv_teach.device import device as pick_device
+from swkv_teach.grading._report import call, fail, passed, show, learner_name as _name
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+EPS = {torch.float32: 2.0**-24, torch.float64: 2.0**-53, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
+
+
+def _cases():
+    """(title, x) pairs, smallest and most telling first."""
+    yield "a hand-made token (scale 3 / 127)", torch.tensor([[[[3.0, -1.5, 0.7, 0.0, -2.99]]]])
+    yield "a row whose largest magnitude is negative", torch.tensor([[[[-4.0, 1.0, 2.0, -0.5]]]])
+    ties = torch.tensor([127.0, 0.5, 1.5, 2.5, -0.5, -1.5, 126.5, -3.5]).view(1, 1, 1, 8)
+    yield "exact ties at scale 1", ties
+    g = torch.Generator().manual_seed(9)
+    for i, (shape, dtype) in enumerate([((2, 3, 1, 8), torch.float32), ((1, 1, 1, 5), torch.float16),
+                                        ((3, 1, 1, 16), torch.bfloat16), ((1, 4, 1, 2), torch.float64),
+                                        ((2, 2, 6, 4), torch.float32), ((1, 2, 3, 12), torch.bfloat16)]):
+        mag = 10.0 ** torch.randint(-3, 4, (*shape[:-1], 1), generator=g).double()
+        x = torch.randn(shape, generator=g, dtype=torch.float64) * mag
+        yield f"random {tuple(shape)} {str(dtype).replace('torch.', '')}, magnitudes 1e-3..1e3 per token and head", \
+            x.to(dtype)
+    z = torch.randn(2, 2, 2, 4, generator=g)
+    z[0, 1, 0] = 0.0
+    z[1, 0, 1] = 0.0
+    yield "all-zero tokens among others", z
+
+
+def _scale_hint(x: torch.Tensor, scale: torch.Tensor, nonzero: torch.Tensor) -> str:
+    """Name the usual wrong scales, judged on the rows that are not all zero."""
+    x64, s = x.double(), scale.double()
+    absmax = x64.abs().amax(-1, keepdim=True)
+
+    def near(cand):
+        cand = cand.expand_as(s)
+        return bool(torch.allclose(s[nonzero], cand[nonzero], rtol=1e-3, atol=0))
+
+    if near(absmax / 128):
+        return ("scale = absmax / 128 maps the largest element to ±128, and int8 stops at 127: +128 overflows "
+                "(wraps to -128). Use absmax / 127.")
+    if near(absmax / 255) or near(absmax / 256):
+        return "255 levels is the unsigned (uint8) range; symmetric int8 uses [-127, 127]: scale = absmax / 127."
+    if near(QMAX / absmax):
+        return "the scale is inverted: scale = absmax / 127, so that q = x / scale lands in [-127, 127]."
+    if near(x64.amax(-1, keepdim=True) / QMAX):
+        return "you took the max, not the max magnitude: a row like [-4, 1] needs x.abs().amax(dim=-1, keepdim=True)."
+    if near(x64.abs().amax().view(1, 1, 1, 1) / QMAX):
+        return ("one scale for the whole tensor: a quiet token or head then gets a few levels only. "
+                "Take absmax per token and head: x.abs().amax(dim=-1, keepdim=True).")
+    return "scale is absmax / 127 for each token and head: x.abs().amax(dim=-1, keepdim=True) / 127."
+
+
+def _check_quantize(quantize, x: torch.Tensor, title: str, qn: str):
+    xd = x.to(pick_device(), copy=True)  # the learner's tensors live on the notebook's device
+    got = call(title, f"{qn}(x)", quantize, xd)
+    if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
+        raise fail(title, f"{qn}(x) returned {show(got)}; expected (q, scale), two tensors.")
+    q, scale = got
+    if not torch.equal(xd.cpu(), x):
+        raise fail(title, f"{qn}(x) modified its input x in place.",
+                   hint="x.div_(scale) writes into the caller's keys: use x / scale.")
+    if q.dtype != torch.int8:
+        hint = ("uint8 is unsigned: keys and values are signed, so symmetric int8 in [-127, 127]."
+                if q.dtype == torch.uint8 else
+                "round first, then .to(torch.int8): a rounded float still takes 2-4 bytes per element.")
+        raise fail(title, "q has the wrong dtype.", expected="torch.int8", got=str(q.dtype), what="q dtype", hint=hint)
+    if tuple(q.shape) != tuple(x.shape):
+        raise fail(title, f"q has shape {tuple(q.shape)}; expected x's shape {tuple(x.shape)}.")
+    want = (*x.shape[:-1], 1)
+    if tuple(scale.shape) != want:
+        if scale.numel() == 1:
+            hint = ("one scale for the whole tensor: take absmax per token and head, "
+                    "x.abs().amax(dim=-1, keepdim=True).")
+        elif scale.dim() == x.dim() and scale.shape[-1] == x.shape[-1]:
+            hint = ("a scale per channel (reduced over tokens, not head_dim): the scale of a token and head is the "
+                    "absmax over its head_dim, amax(dim=-1, keepdim=True).")
+        else:
+            hint = "one scale per token and head: reduce over head_dim only, keepdim=True."
+        raise fail(title, "scale has the wrong shape.", expected=want, got=tuple(scale.shape), what="scale shape",
+                   hint=hint)
+    if scale.dtype != torch.float32:
+        raise fail(title, "scale has the wrong dtype.", expected="torch.float32", got=str(scale.dtype),
+                   what="scale dtype", hint="keep the scales in float32 whatever x's dtype: a bfloat16 scale "
+                   "carries 8 bits and would cost more error than the int8 data.")
+    exp_q, exp_scale = quantize_int8(x)
+    absmax = x.double().abs().amax(-1, keepdim=True)
+    zero = absmax == 0
+    nonzero = ~zero
+    scale, q = scale.cpu(), q.cpu()
+    if not bool(torch.isfinite(scale).all()) or not bool((q[zero.expand_as(q)] == 0).all()):
+        raise fail(title, "an all-zero token came back with a non-finite scale or a non-zero q.",
+                   expected="scale finite (0 will do) and q all 0", got=f"scale {show(scale[zero])}",
+                   hint="an all-zero token divides by zero: x / 0 is nan. Divide by 1 where the scale is 0 "
+                   "(torch.where(scale > 0, scale, 1)) or clamp it from below.")
+    if not torch.allclose(scale.double()[nonzero], exp_scale.double()[nonzero], rtol=1e-5, atol=0):
+        raise fail(title, "scale is not absmax / 127 per token and head.", expected=exp_scale, got=scale,
+                   what="scale", hint=_scale_hint(x, scale, nonzero))
+    if bool((q == -128).any()):
+        raise fail(title, "q holds -128.", hint="int8 overflow at ±128: the symmetric range is [-127, 127]; "
+                   "clamp(-127, 127) before .to(torch.int8), and scale = absmax / 127.")
+    t = x.double() / torch.where(scale > 0, scale, torch.ones_like(scale)).double()
+    err = (t - q.double()).abs()
+    if bool((err > 0.5 + 1e-3).any()):
+        i = int(err.flatten().argmax())
+        if torch.equal(q.double(), torch.trunc(t)):
+            hint = "rounding toward zero: .to(torch.int8) truncates 2.7 to 2. Call torch.round first."
+        elif torch.equal(q.double(), torch.floor(t)):
+            hint = "floor rounds -0.2 down to -1: round to nearest with torch.round."
+        else:
+            hint = "q = round(x / scale): each element within half a step of x / scale."
+        raise fail(title, f"q is off by more than half a step at flat index {i}: x / scale = {t.flatten()[i]:.4f}, "
+                   f"q = {int(q.flatten()[i])}.", hint=hint)
+    return q, scale, exp_q, exp_scale
+
+
+def _check_dequantize(dequantize, x, exp_q, exp_scale, title: str, dn: str):
+    dtype = x.dtype
+    dev = pick_device()
+    got = call(title, f"{dn}(q, scale, {dtype})", dequantize, exp_q.to(dev), exp_scale.to(dev), dtype)
+    if not isinstance(got, torch.Tensor):
+        raise fail(title, f"{dn}(q, scale, dtype) returned {show(got)}; expected a tensor.")
+    if got.dtype != dtype or tuple(got.shape) != tuple(x.shape):
+        raise fail(title, f"{dn}(q, scale, {dtype}) returned the wrong dtype or shape.",
+                   expected=(tuple(x.shape), str(dtype)), got=(tuple(got.shape), str(got.dtype)),
+                   hint="return (q.float() * scale).to(dtype): the attention that reads the cache runs in the "
+                   "keys' own dtype.")
+    exp = dequantize_int8(exp_q, exp_scale, dtype)
+    tol = exp_scale.double() * 1e-3 + exp.double().abs() * EPS[dtype] * 2
+    if not bool(((got.double().cpu() - exp.double()).abs() <= tol).all()):
+        with_div = (exp_q.double() / torch.where(exp_scale > 0, exp_scale, 1).double()).to(dtype)
+        got = got.cpu()
+        hint = ("multiply by the scale, do not divide: x_hat = q * scale." if torch.allclose(got.double(), with_div.double())
+                else "x_hat = q * scale (q cast to float first), then .to(dtype).")
+        raise fail(title, f"{dn} does not return q * scale.", expected=exp, got=got, hint=hint)
+
+
+def check_int8_quantize(quantize, dequantize=None) -> None:
+    """Exercise 09: ``quantize(x) -> (q int8, scale float32 (..., 1))`` and ``dequantize(q, scale, dtype)``.
+
+    Pass the two functions, or one object (a class, a module) holding both as ``.quantize`` and ``.dequantize``.
+    """
+    if dequantize is None:
+        quantize, dequantize = getattr(quantize, "quantize", quantize), getattr(quantize, "dequantize", None)
+    if not callable(quantize) or not callable(dequantize):
+        raise fail(f"check_int8_quantize({_name(quantize)}, {_name(dequantize)})",
+                   "expected two functions: quantize(x) -> (q, scale) and dequantize(q, scale, dtype).",
+                   hint="call check_int8_quantize(quantize, dequantize) with the functions themselves.")
+    qn, dn = _name(quantize), _name(dequantize)
+    n = 0
+    for title, x in _cases():
+        case = f"{qn} / {dn} on {title}"
+        _, _, exp_q, exp_scale = _check_quantize(quantize, x, case, qn)
+        _check_dequantize(dequantize, x, exp_q, exp_scale, case, dn)
+        xd = x.to(pick_device(), copy=True)
+        back = call(case, f"{dn}(*{qn}(x), x.dtype)", lambda: dequantize(*quantize(xd), x.dtype))
+        absmax = x.double().abs().amax(-1, keepdim=True)
+        bound = absmax / 254 * (1 + 1e-4) + absmax * EPS[x.dtype] * 2
+        if not bool(((back.double().cpu() - x.double()).abs() <= bound).all()):
+            raise fail(case, "the round trip dequantize(quantize(x)) is further than absmax / 254 from x.",
+                       hint="q = round(x / scale) with scale = absmax / 127 per token and head keeps every "
+                       "element within half a step.")
+        n += 1
+    passed(f"{qn} / {dn} quantise to int8 with one absmax / 127 scale per token and head, within half a step, "
+           f"on {n} cases (4 dtypes, head_dims 2-16, ties, zeros, magnitudes 1e-3..1e3).")
+
+
+__all__ = ["check_int8_quantize"]

@@ -1,0 +1,293 @@
+"""Check for exercise 08: a paged window's block bookkeeping, ``PagedWindow(pool, window_size)``.
+
+The learner's class takes blocks from a shared :class:`~swkv_teach.BlockPool` with
+``pool.take()``, returns them with ``pool.give(block)``, and after each ``append()``
+(one token) holds exactly the blocks the last ``W`` tokens occupy, oldest first.
+The oracle is the library's :class:`~swkv_teach.PagedKVCache` fed one-element
+tokens: its block count and stored positions are the expected ones.
+
+The check writes a label ``(sequence, position)`` into every slot ``append()``
+returns and, after every step, reads each live sequence's window back through
+its block table, so a block handed out again while still in use, a table in the
+wrong order or a wrong offset shows up as the token it clobbered. Windows and
+block sizes cross every alignment (``bs = 1``, ``bs > W``, ``bs = W``,
+``W % bs = 1``), pools hold exactly the blocks the windows need (so a step must
+return a block before it takes one), and three sequences of different lengths
+run interleaved on one pool, one of them reset and restarted.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from swkv_teach.caches.paged import BlockPool, PagedKVCache
+from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, show, learner_name as _name
+
+CASES = ((3, 2), (5, 4), (4, 4), (1, 1), (7, 3), (2, 5), (9, 4), (6, 1))  # (window_size, block_size)
+
+
+class _Seq:
+    """One learner instance, its oracle, and what it has written where."""
+
+    def __init__(self, cls, pool: BlockPool, W: int, name: str, title: str):
+        self.cls, self.pool, self.W, self.name = cls, pool, W, name
+        self.title = title
+        self.mine = call(title, f"{_name(cls)}(pool, {W})", cls, pool, W)
+        for m in ("append", "reset"):
+            if not callable(getattr(self.mine, m, None)):
+                raise fail(title, f"{_name(cls)}(pool, {W}) gave a {type(self.mine).__name__} with no {m}() method.",
+                           hint="pass the class itself, with append(), reset() and the properties block_table "
+                           "and positions.")
+        self.oracle = PagedKVCache(BlockPool(PagedKVCache.max_blocks(W, pool.block_size), pool.block_size), W)
+
+    @property
+    def seen(self) -> int:
+        return self.oracle.seen
+
+    def table(self, case: str) -> list[int]:
+        t = call(case, f"{self.name}.block_table", lambda: self.mine.block_table)
+        if not isinstance(t, (list, tuple)) or not all(isinstance(b, int) and not isinstance(b, bool) for b in t):
+            raise fail(case, f"{self.name}.block_table is {show(t)}; expected a list of pool block ids (ints).",
+                       hint="keep a list of the ints pool.take() returned, oldest first.")
+        return list(t)
+
+    def positions(self, case: str) -> list[int]:
+        p = call(case, f"{self.name}.positions", lambda: self.mine.positions)
+        if isinstance(p, torch.Tensor):
+            p = p.tolist()
+        if not isinstance(p, (list, tuple, range)):
+            raise fail(case, f"{self.name}.positions is {show(p)}; expected a list of ints.")
+        return list(p)
+
+
+class _Run:
+    """Several sequences on one pool, with the slots they wrote, checked after every step."""
+
+    def __init__(self, cls, W: int, bs: int, n_seq: int, extra_blocks: int = 0):
+        """``extra_blocks`` beyond what the windows need: room to see a late return as a long table, not a dry pool."""
+        self.cls, self.W, self.bs = cls, W, bs
+        self.pool = BlockPool(n_seq * PagedKVCache.max_blocks(W, bs) + extra_blocks, bs)
+        self.title = (f"{_name(cls)}(pool, window_size={W}) on BlockPool(num_blocks={self.pool.num_blocks}, "
+                      f"block_size={bs})")
+        names = ["seq"] if n_seq == 1 else [f"seq {c}" for c in "ABC"[:n_seq]]
+        self.seqs = [_Seq(cls, self.pool, W, n, self.title) for n in names]
+        self.written: dict[tuple[int, int], tuple[str, int]] = {}  # (block, offset) -> (sequence, position)
+        self.log: list[str] = []
+
+    def case(self, s: _Seq) -> str:
+        steps = self.log if len(self.log) <= 8 else ["..."] + self.log[-8:]
+        return f"{self.title}, {s.name} after {s.seen} tokens\n   steps: " + "; ".join(steps)
+
+    # ------------------------------------------------------------------ one token
+    def append(self, s: _Seq) -> None:
+        p, W, bs = s.seen, self.W, self.bs
+        before = {o.name: (o.table(self.title), o.positions(self.title)) for o in self.seqs if o is not s}
+        self.log.append(f"{s.name}.append()")
+        case = self.case(s)
+        try:
+            got = call(case, f"{s.name}.append()", s.mine.append)
+        except ExerciseFailed as e:
+            if "PoolExhausted" not in str(e):
+                raise
+            raise fail(case, f"append() ran the pool dry: {self.pool.describe_holdings()}, "
+                       f"{self.pool.free_blocks} free.",
+                       hint="the pool holds exactly the blocks the windows need: in a step that returns a block and "
+                       "takes one, pool.give() the old block before you pool.take() the new one.") from None
+        s.oracle.update(torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1))
+        case = self.case(s)
+        if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(x, int) for x in got)):
+            raise fail(case, f"append() returned {show(got)}; expected (block, offset), two ints: where token {p} "
+                       "is written.", hint="return self.block_table[-1] and the token's offset in it, p % block_size.")
+        block, offset = got
+        if offset != p % bs:
+            hint = _offset_hint(self.cls) or f"token p sits at offset p % block_size = {p % bs} of its block."
+            raise fail(case, f"append() put token {p} at offset {offset}.", expected=p % bs, got=offset,
+                       what="offset", hint=hint)
+        if block not in self.pool._owner:
+            raise fail(case, f"append() wrote token {p} into block {block}, which the pool says is free "
+                       f"(free blocks: {sorted(self.pool._free)}).",
+                       hint="take every block with block = pool.take(), and write only into blocks you hold: "
+                       "one given back with pool.give() may be handed to another sequence.")
+        if offset == 0:  # a fresh block: whatever an earlier holder wrote there is gone
+            self.written = {k: v for k, v in self.written.items() if k[0] != block}
+        self.written[(block, offset)] = (s.name, p)
+        self._check_others_unchanged(s, before, case)
+        self._check_table(s, case)
+        self._check_integrity(case)
+
+    def _check_table(self, s: _Seq, case: str) -> None:
+        W, bs, seen = self.W, self.bs, s.seen
+        table, positions = s.table(case), s.positions(case)
+        given_back = [b for b in table if b not in self.pool._owner or table.count(b) > 1]
+        if given_back:
+            raise fail(case, f"block_table {table} still lists block {given_back[0]}, which you gave back to the pool"
+                       f"{' (and took again)' if table.count(given_back[0]) > 1 else ''}.",
+                       hint="when you pool.give(block), remove it from block_table too (block_table.pop(0)): the "
+                       "pool may hand it to another sequence.")
+        exp_pos = s.oracle.stored_positions().tolist()
+        exp_n = len(s.oracle.block_table)
+        held = {(b, o): v for (b, o), v in self.written.items() if v[0] == s.name}
+        logical = {b: v[1] // bs for (b, _), v in held.items()}  # block -> logical block it holds
+        newest = (seen - 1) // bs
+        window = f"the last W = {W} tokens are {exp_pos[0]}..{exp_pos[-1]}"
+        if len(table) > exp_n:
+            oldest = min((logical.get(b, newest) for b in table), default=newest)
+            first, last = oldest * bs, oldest * bs + bs - 1
+            if len(table) == newest + 1 and _never_returns(self.cls, W, bs):
+                hint = "you never return a block: once all of a block's tokens have left the window, pool.give() it."
+            elif last == seen - W - 1:
+                hint = (f"a block is returned one token too late: block {table[0]} holds tokens {first}..{last}, and "
+                        f"token {last} left the window at this step ({window}); give it back now.")
+            else:
+                hint = (f"a block is returned too late: block {table[0]} holds tokens {first}..{last}, all out of the "
+                        f"window ({window}).")
+            raise fail(case, f"block_table holds {len(table)} blocks; {window}, which occupy {exp_n}.",
+                       expected=exp_n, got=len(table), what="blocks", hint=hint)
+        if len(table) < exp_n:
+            oldest_needed = exp_pos[0] // bs
+            last = oldest_needed * bs + bs - 1
+            if exp_pos[0] == last:
+                hint = (f"a block is returned one token too early: token {last}, the last of its block "
+                        f"(tokens {oldest_needed * bs}..{last}), is still in the window ({window}).")
+            else:
+                hint = (f"a block is returned too early: block of tokens {oldest_needed * bs}..{last} still holds "
+                        f"tokens in the window ({window}).")
+            raise fail(case, f"block_table holds {len(table)} blocks; {window}, which occupy {exp_n}.",
+                       expected=exp_n, got=len(table), what="blocks", hint=hint)
+        order = [logical.get(b) for b in table]
+        if None not in order and order != sorted(order):
+            hint = ("block_table is newest first: append new blocks at the end and return from the front (oldest "
+                    "first)." if order == sorted(order, reverse=True) else
+                    "block_table must list the blocks oldest first: the newest block last.")
+            raise fail(case, f"block_table {table} holds logical blocks {order}.", hint=hint)
+        if table and logical.get(table[0]) is not None and logical[table[0]] != exp_pos[0] // bs:
+            raise fail(case, f"block_table {table} starts with the block of tokens {logical[table[0]] * bs}.."
+                       f"{logical[table[0]] * bs + bs - 1}; {window}.",
+                       hint="you returned the newest block instead of the oldest: give back block_table[0] "
+                       "(pop(0)), not block_table[-1].")
+        if positions != exp_pos:
+            if len(positions) == len(exp_pos) - 1:
+                hint = f"positions keeps W - 1 = {W - 1} tokens; the window holds W = {W}, the newest included."
+            elif len(positions) == len(exp_pos) + 1:
+                hint = f"positions keeps W + 1 = {W + 1} tokens; the window holds exactly W = {W}."
+            else:
+                hint = "positions are the last window_size positions seen, oldest first: range(max(0, seen - W), seen)."
+            raise fail(case, "positions is not the window.", expected=exp_pos, got=positions, what="positions",
+                       hint=hint)
+        in_use = sum(len(o.table(case)) for o in self.seqs)
+        if self.pool.used_blocks != in_use:
+            raise fail(case, f"the pool has {self.pool.used_blocks} blocks in use but the block tables hold {in_use}.",
+                       hint="every block you take must be in block_table until you pool.give() it back: "
+                       "no block taken and dropped, none given back while still listed.")
+
+    def _check_others_unchanged(self, s: _Seq, before: dict, case: str) -> None:
+        for o in self.seqs:
+            if o is not s and (o.table(case), o.positions(case)) != before[o.name]:
+                raise fail(case, f"appending to {s.name} changed {o.name}'s block_table or positions.",
+                           hint="the instances share state: create the lists in __init__ (self.block_table = []), "
+                           "not as class attributes.")
+
+    def _check_integrity(self, case: str) -> None:
+        bs = self.bs
+        for o in self.seqs:
+            table, positions = o.table(case), o.positions(case)
+            if not positions:
+                continue
+            first = positions[0] // bs
+            for p in positions:
+                i = p // bs - first
+                slot = (table[i], p % bs) if 0 <= i < len(table) else None
+                owner = self.written.get(slot) if slot else None
+                if owner != (o.name, p):
+                    where = f"block {slot[0]} offset {slot[1]}" if slot else "no block"
+                    hint = ("a block was handed out again while a sequence still used it: return a block only when "
+                            "all its tokens have left the window, and drop it from block_table when you do."
+                            if owner else "block_table[i] must hold logical block first + i: the tokens "
+                            "i * block_size .. i * block_size + block_size - 1 of the window's first block onwards.")
+                    raise fail(case, f"{o.name}'s token {p} should be in {where} (found through block_table "
+                               f"{table}); that slot holds {'token %d of %s' % (owner[1], owner[0]) if owner else 'nothing'}.",
+                               hint=hint)
+
+    def reset(self, s: _Seq) -> None:
+        self.log.append(f"{s.name}.reset()")
+        case = self.case(s)
+        held = len(s.table(case))
+        used = self.pool.used_blocks
+        call(case, f"{s.name}.reset()", s.mine.reset)
+        s.oracle.reset()
+        if s.table(case) or s.positions(case):
+            raise fail(case, f"after reset(), block_table is {s.table(case)} and positions {s.positions(case)}; "
+                       "expected both empty.", hint="reset() forgets the sequence: give back every block, clear "
+                       "the table, start counting tokens from 0.")
+        if self.pool.used_blocks != used - held:
+            raise fail(case, f"reset() returned {used - self.pool.used_blocks} of the {held} blocks {s.name} held: "
+                       "the rest leaked from the pool.", hint="in reset(), pool.give(block) for every block in "
+                       "block_table before clearing it.")
+        self.written = {k: v for k, v in self.written.items() if v[0] != s.name}
+
+
+def _offset_hint(cls) -> str | None:
+    """Name an offset bug from a fresh instance with window 5 and block size 3, where p % 5, p % 16 and p % 3 differ."""
+    try:
+        probe = cls(BlockPool(64, 3), 5)
+        offsets = [probe.append()[1] for _ in range(8)]
+    except Exception:
+        return None
+    if offsets == [p % 5 for p in range(8)]:
+        return "the offset uses window_size: a token's place in its block is p % block_size (seen with W=5, block_size=3)."
+    if offsets == [p % 16 for p in range(8)]:
+        return "the block size looks hard-coded to 16 (vLLM's default): use pool.block_size (seen with block_size=3)."
+    return None
+
+
+def _never_returns(cls, W: int, bs: int) -> bool:
+    """Whether a fresh instance still holds every block it took after the window has slid past several blocks."""
+    try:
+        pool = BlockPool(64, bs)
+        probe = cls(pool, W)
+        T = W + 3 * bs + 1
+        for _ in range(T):
+            probe.append()
+        return len(list(probe.block_table)) == (T - 1) // bs + 1
+    except Exception:
+        return False
+
+
+def check_paged_window(cls) -> None:
+    """Exercise 08: ``cls(pool, window_size)`` keeps a sliding window's block table on a shared BlockPool."""
+    steps = 0
+    for W, bs in CASES:
+        run = _Run(cls, W, bs, 1, extra_blocks=3)  # the exact pool comes with the interleaved runs below
+        (s,) = run.seqs
+        for _ in range(3 * W + 3 * bs + 2):
+            run.append(s)
+            steps += 1
+        run.reset(s)
+        for _ in range(W + bs + 1):  # a second sequence on the same instance
+            run.append(s)
+            steps += 1
+        run.reset(s)
+        if run.pool.free_blocks != run.pool.num_blocks:
+            raise fail(run.title, f"after reset() the pool has {run.pool.used_blocks} blocks in use; expected 0.",
+                       hint="reset() gives every block back: the block was leaked.")
+    rng = random.Random(0)
+    for W, bs in ((5, 2), (4, 3), (3, 4)):
+        run = _Run(cls, W, bs, 3)
+        lengths = {"seq A": 5 * W, "seq B": 2 * W + 1, "seq C": 8 * W}
+        restarted = False
+        while live := [s for s in run.seqs if s.seen < lengths[s.name]]:
+            s = rng.choice(live)
+            run.append(s)
+            steps += 1
+            if s.name == "seq B" and s.seen == lengths["seq B"] and not restarted:
+                run.reset(s)  # B finishes first; the same instance starts a new sequence among the others
+                lengths["seq B"], restarted = 3 * W, True
+        for s in run.seqs:
+            run.reset(s)
+    passed(f"{_name(cls)} holds exactly the blocks of the last W tokens, oldest first, on {len(CASES)} "
+           f"window/block sizes and 3 interleaved sequences on one pool ({steps} appends, resets included).")
+
+
+__all__ = ["check_paged_window"]

@@ -1,0 +1,136 @@
+"""Exercises 08 (paged window) and 09 (int8 quantisation): right answers written differently pass, and the
+catalogue's wrong answers (tests/wrong_answers/paged.py, int8.py) are each rejected naming their bug
+(that part runs in tests/test_grading.py with the whole catalogue; here, its size and a few specifics)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+import swkv_teach
+from swkv_teach.caches.int8 import dequantize_int8, quantize_int8
+from swkv_teach.grading import ExerciseFailed
+from swkv_teach.grading.int8 import check_int8_quantize
+from swkv_teach.grading.paged import check_paged_window
+from tests.wrong_answers import load
+from tests.wrong_answers.int8 import deq, right_quantize
+from tests.wrong_answers.paged import PagedBase
+
+CATALOGUE = load()
+
+
+def passes(check, *answer, capsys):
+    t0 = time.perf_counter()
+    check(*answer)
+    assert time.perf_counter() - t0 < 2.0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("✅"), out
+
+
+def test_each_catalogue_is_large():
+    per = {}
+    for w in CATALOGUE:
+        per[w.check] = per.get(w.check, 0) + 1
+    assert per["check_paged_window"] >= 12 and per["check_int8_quantize"] >= 14, per
+
+
+# ------------------------------------------------------------------ exercise 08, right answers
+class DictOfLogicalBlocks:
+    """Recomputes the logical blocks the window needs every step; a dict maps logical -> pool block."""
+
+    def __init__(self, pool, window_size):
+        self.pool, self.W, self.n, self.blocks = pool, window_size, 0, {}
+
+    def append(self):
+        bs = self.pool.block_size
+        self.n += 1
+        need = range(max(0, self.n - self.W) // bs, (self.n - 1) // bs + 1)
+        for logical in [b for b in self.blocks if b not in need]:
+            self.pool.give(self.blocks.pop(logical))
+        if need[-1] not in self.blocks:
+            self.blocks[need[-1]] = self.pool.take()
+        return self.blocks[need[-1]], (self.n - 1) % bs
+
+    @property
+    def block_table(self):
+        return [self.blocks[b] for b in sorted(self.blocks)]
+
+    @property
+    def positions(self):
+        return torch.arange(max(0, self.n - self.W), self.n)  # a tensor is fine too
+
+    def reset(self):
+        for b in list(self.blocks.values()):
+            self.pool.give(b)
+        self.blocks, self.n = {}, 0
+
+
+class LibraryBacked:
+    """The library's PagedKVCache fed one-element tokens: its block table is the answer."""
+
+    def __init__(self, pool, window_size):
+        self.cache = swkv_teach.PagedKVCache(pool, window_size)
+
+    def append(self):
+        p = self.cache.seen
+        self.cache.update(torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1))
+        return self.cache.block_table[-1], p % self.cache.pool.block_size
+
+    block_table = property(lambda self: self.cache.block_table)
+    positions = property(lambda self: self.cache.stored_positions().tolist())
+
+    def reset(self):
+        self.cache.reset()
+
+
+@pytest.mark.parametrize("answer", [PagedBase, DictOfLogicalBlocks, LibraryBacked])
+def test_paged_window_accepts_right_answers(answer, capsys):
+    passes(check_paged_window, answer, capsys=capsys)
+
+
+def test_paged_window_failure_shows_the_case_and_the_block_counts():
+    from tests.wrong_answers.paged import FreedOneTokenLate
+
+    with pytest.raises(ExerciseFailed) as info:
+        check_paged_window(FreedOneTokenLate)
+    msg = str(info.value)
+    assert "window_size=3" in msg and "block_size=2" in msg and "after 5 tokens" in msg
+    assert "expected: 2" in msg and "blocks  : 3" in msg and "tokens 0..1" in msg
+
+
+# ------------------------------------------------------------------ exercise 09, right answers
+def quantize_by_reciprocal(x):
+    """Multiplies by 127 / absmax in float64, clamps the absmax from below instead of masking zeros."""
+    absmax = torch.maximum(x.amax(-1, keepdim=True), -x.amin(-1, keepdim=True)).double()
+    q = (x.double() * (127.0 / absmax.clamp_min(1e-30))).round().clamp(-127, 127).to(torch.int8)
+    return q, (absmax / 127).float()
+
+
+def dequantize_with_mul(q, scale, dtype):
+    return torch.mul(q.to(torch.float64), scale.to(torch.float64)).to(dtype)
+
+
+class AsAClass:
+    """Both functions as static methods of one class, passed as one object."""
+
+    @staticmethod
+    def quantize(x):
+        scale = x.detach().float().abs().max(dim=-1, keepdim=True).values / 127
+        return torch.where(scale == 0, 0.0, x.float() / scale).round().to(torch.int8), scale
+
+    @staticmethod
+    def dequantize(q, scale, dtype):
+        return (q * scale).to(dtype)
+
+
+@pytest.mark.parametrize("answer", [(quantize_int8, dequantize_int8), (right_quantize, deq),
+                                    (quantize_by_reciprocal, dequantize_with_mul), (AsAClass,)])
+def test_int8_accepts_right_answers(answer, capsys):
+    passes(check_int8_quantize, *answer, capsys=capsys)
+
+
+def test_int8_needs_both_functions():
+    with pytest.raises(ExerciseFailed, match="expected two functions"):
+        check_int8_quantize(quantize_int8)

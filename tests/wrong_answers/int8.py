@@ -1,0 +1,155 @@
+"""Wrong answers to exercise 09, quantize(x) -> (q, scale) and dequantize(q, scale, dtype).
+
+The check takes the two functions, or one object holding both as ``.quantize`` and
+``.dequantize``; each entry here is such an object, made by :func:`pair` from one wrong
+function and a right one, and named and documented by the wrong one.
+"""
+
+import torch
+
+from tests.wrong_answers import wrong
+
+
+def _absmax(x):
+    return x.float().abs().amax(dim=-1, keepdim=True)
+
+
+def _q(x, scale):
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.round(x.float() / safe).clamp(-127, 127).to(torch.int8)
+
+
+def deq(q, scale, dtype):
+    return (q.float() * scale).to(dtype)
+
+
+def pair(quantize, dequantize=deq):
+    """A wrong answer as an object with .quantize and .dequantize, named and documented by the wrong one."""
+    bad = quantize if dequantize is deq else dequantize
+    return type(bad.__name__, (), {"__doc__": bad.__doc__, "quantize": staticmethod(quantize),
+                                    "dequantize": staticmethod(dequantize)})
+
+
+def right_quantize(x):
+    scale = _absmax(x) / 127
+    return _q(x, scale), scale
+
+
+def per_tensor(x):
+    """One scale for the whole tensor (x.abs().max()), broadcast to every token and head."""
+    scale = (x.float().abs().max() / 127).expand(*x.shape[:-1], 1).contiguous()
+    return _q(x, scale), scale
+
+
+def per_tensor_scalar(x):
+    """One scalar scale for the whole tensor, returned as a 0-d tensor."""
+    scale = x.float().abs().max() / 127
+    return _q(x, scale), scale
+
+
+def per_channel(x):
+    """absmax over the tokens axis (dim=-2), one scale per head_dim channel."""
+    scale = x.float().abs().amax(dim=-2, keepdim=True) / 127
+    return _q(x, scale), scale
+
+
+def toward_zero(x):
+    """Rounds toward zero: (x / scale).to(torch.int8) truncates."""
+    scale = _absmax(x) / 127
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return (x.float() / safe).to(torch.int8), scale
+
+
+def floor_rounding(x):
+    """torch.floor instead of torch.round: -0.2 becomes -1."""
+    scale = _absmax(x) / 127
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.floor(x.float() / safe).clamp(-127, 127).to(torch.int8), scale
+
+
+def overflow_128(x):
+    """scale = absmax / 128: the largest element maps to 128, which wraps to -128 in int8."""
+    scale = _absmax(x) / 128
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.round(x.float() / safe).to(torch.int16).to(torch.int8), scale
+
+
+def over_255(x):
+    """absmax / 255: the uint8 range used for a signed int8."""
+    scale = _absmax(x) / 255
+    return _q(x, scale), scale
+
+
+def inverted(x):
+    """scale = 127 / absmax, the multiplier where the divisor belongs."""
+    absmax = _absmax(x)
+    scale = torch.where(absmax > 0, 127 / absmax, torch.zeros_like(absmax))
+    return torch.round(x.float() * torch.where(absmax > 0, 127 / absmax, 0 * absmax)).clamp(-127, 127).to(torch.int8), scale
+
+
+def max_not_absmax(x):
+    """x.amax(dim=-1) where x.abs().amax(dim=-1) belongs: a row led by a negative value gets a wrong scale."""
+    scale = x.float().amax(dim=-1, keepdim=True) / 127
+    return _q(x, scale.abs()), scale
+
+
+def zero_divides(x):
+    """No guard for an all-zero token: 0 / 0 is nan."""
+    scale = _absmax(x) / 127
+    return torch.nan_to_num(torch.round(x.float() / scale), nan=0.0).clamp(-127, 127).to(torch.int8), \
+        torch.where(scale > 0, scale, torch.full_like(scale, float("nan")))
+
+
+def rounded_float(x):
+    """Rounds but never casts: q stays a float tensor (4 bytes an element, no memory saved)."""
+    scale = _absmax(x) / 127
+    q = _q(x, scale).float()
+    return q, scale
+
+
+def as_uint8(x):
+    """Shifts q by 128 into uint8 (an asymmetric layout) and returns that."""
+    scale = _absmax(x) / 127
+    return (_q(x, scale).to(torch.int16) + 128).to(torch.uint8), scale
+
+
+def scale_in_x_dtype(x):
+    """Keeps the scale in x's dtype (bfloat16: 8 bits of mantissa)."""
+    scale = (_absmax(x) / 127).to(x.dtype)
+    return _q(x, scale.float()), scale
+
+
+def in_place(x):
+    """x.div_(scale): quantises the caller's keys in place."""
+    scale = _absmax(x) / 127
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale)).to(x.dtype)
+    return torch.round(x.div_(safe)).clamp(-127, 127).to(torch.int8), scale
+
+
+def deq_ignores_dtype(q, scale, dtype):
+    """Returns float32 whatever dtype was asked for."""
+    return q.float() * scale
+
+
+def deq_divides(q, scale, dtype):
+    """q / scale: undoes the multiplication the wrong way round."""
+    return (q.float() / torch.where(scale > 0, scale, torch.ones_like(scale))).to(dtype)
+
+
+W = "check_int8_quantize"
+PerTensor = wrong(W, "one scale for the whole tensor")(pair(per_tensor))
+PerTensorScalar = wrong(W, "one scale for the whole tensor", "scale shape")(pair(per_tensor_scalar))
+PerChannel = wrong(W, "per channel")(pair(per_channel))
+TowardZero = wrong(W, "rounding toward zero")(pair(toward_zero))
+Floor = wrong(W, "floor")(pair(floor_rounding))
+Overflow128 = wrong(W, "128", "overflow")(pair(overflow_128))
+Over255 = wrong(W, "uint8", "127")(pair(over_255))
+Inverted = wrong(W, "inverted")(pair(inverted))
+MaxNotAbsmax = wrong(W, "max magnitude")(pair(max_not_absmax))
+ZeroDivides = wrong(W, "all-zero token", "divides by zero")(pair(zero_divides))
+RoundedFloat = wrong(W, "q dtype", "torch.int8")(pair(rounded_float))
+AsUint8 = wrong(W, "uint8 is unsigned")(pair(as_uint8))
+ScaleInXDtype = wrong(W, "scale dtype", "float32")(pair(scale_in_x_dtype))
+InPlace = wrong(W, "modified its input")(pair(in_place))
+DeqIgnoresDtype = wrong(W, "wrong dtype", "to(dtype)")(pair(right_quantize, deq_ignores_dtype))
+DeqDivides = wrong(W, "multiply by the scale")(pair(right_quantize, deq_divides))

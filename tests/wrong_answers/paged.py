@@ -1,0 +1,199 @@
+"""Wrong answers to exercise 08, PagedWindow(pool, window_size): block bookkeeping of a sliding window.
+
+Each is the solution with one realistic slip. ``_Base`` is a right answer, written plainly, that the
+slips override; ``Right`` in tests/test_grading_serving.py checks that the base itself passes.
+"""
+
+from tests.wrong_answers import wrong
+
+
+class PagedBase:
+    """Right: free the blocks wholly before the last W tokens, then take a block when a token opens one."""
+
+    def __init__(self, pool, window_size):
+        self.pool, self.window_size = pool, window_size
+        self.block_table, self.seen, self.first = [], 0, 0
+
+    def first_needed(self):
+        """Logical block of the oldest token in the window."""
+        return max(0, self.seen - self.window_size) // self.pool.block_size
+
+    def free_old(self):
+        while self.block_table and self.first < self.first_needed():
+            self.pool.give(self.block_table.pop(0))
+            self.first += 1
+
+    def opens_block(self, p):
+        return p % self.pool.block_size == 0
+
+    def append(self):
+        p = self.seen
+        self.seen += 1
+        self.free_old()
+        if self.opens_block(p):
+            self.block_table.append(self.pool.take())
+        return self.block_table[-1], p % self.pool.block_size
+
+    @property
+    def positions(self):
+        return list(range(max(0, self.seen - self.window_size), self.seen))
+
+    def reset(self):
+        for b in self.block_table:
+            self.pool.give(b)
+        self.block_table, self.seen, self.first = [], 0, 0
+
+
+@wrong("check_paged_window", "one token too early")
+class FreedOneTokenEarly(PagedBase):
+    """Frees against the next query's W - 1 predecessors (vLLM's rule), so the window's oldest token loses its block."""
+
+    def first_needed(self):
+        return max(0, self.seen - self.window_size + 1) // self.pool.block_size
+
+
+@wrong("check_paged_window", "one token too late")
+class FreedOneTokenLate(PagedBase):
+    """Keeps W + 1 tokens' blocks: `seen - W - 1` where `seen - W` belongs."""
+
+    def first_needed(self):
+        return max(0, self.seen - self.window_size - 1) // self.pool.block_size
+
+
+@wrong("check_paged_window", "never return")
+class NeverFrees(PagedBase):
+    """Takes blocks as tokens arrive, never gives one back: the paged cache grows like a full cache."""
+
+    def free_old(self):
+        pass
+
+
+@wrong("check_paged_window", "reset", "leaked")
+class ResetLeaks(PagedBase):
+    """reset() clears the table without giving its blocks back to the pool."""
+
+    def reset(self):
+        self.block_table, self.seen, self.first = [], 0, 0
+
+
+@wrong("check_paged_window", "newest block instead of the oldest")
+class FreesNewest(PagedBase):
+    """pop() instead of pop(0): returns the block just taken and keeps the stale one."""
+
+    def free_old(self):
+        while self.block_table and self.first < self.first_needed():
+            self.pool.give(self.block_table.pop())
+            self.first += 1
+
+
+@wrong("check_paged_window", "newest first")
+class NewestFirst(PagedBase):
+    """insert(0, ...) for new blocks: the table reads newest first."""
+
+    def free_old(self):
+        while self.block_table and self.first < self.first_needed():
+            self.pool.give(self.block_table.pop())  # the oldest is now at the end
+            self.first += 1
+
+    def append(self):
+        p = self.seen
+        self.seen += 1
+        self.free_old()
+        if self.opens_block(p):
+            self.block_table.insert(0, self.pool.take())
+        return self.block_table[0], p % self.pool.block_size
+
+
+@wrong("check_paged_window", "offset uses window_size")
+class OffsetModWindow(PagedBase):
+    """The slot inside a block computed as p % window_size (the ring's slot) instead of p % block_size."""
+
+    def append(self):
+        block, _ = super().append()
+        return block, (self.seen - 1) % self.window_size
+
+
+@wrong("check_paged_window", "pool says is free")
+class InventedBlockIds(PagedBase):
+    """Numbers blocks itself (0, 1, 2, ...) instead of taking them from the pool."""
+
+    def append(self):
+        p = self.seen
+        self.seen += 1
+        while self.block_table and self.first < self.first_needed():
+            self.block_table.pop(0)
+            self.first += 1
+        if self.opens_block(p):
+            self.block_table.append(p // self.pool.block_size)
+        return self.block_table[-1], p % self.pool.block_size
+
+
+@wrong("check_paged_window", "still lists block", "remove it from block_table")
+class GivesBackButKeepsListed(PagedBase):
+    """pool.give(table[0]) without removing it from the table (and the logical index never moves)."""
+
+    def free_old(self):
+        if self.block_table and self.first < self.first_needed() and self.block_table[0] in self.pool._owner:
+            self.pool.give(self.block_table[0])
+
+
+@wrong("check_paged_window", "positions keeps w - 1")
+class PositionsWMinus1(PagedBase):
+    """Blocks right, but positions lists only W - 1 tokens (the newest and W - 2 before it)."""
+
+    @property
+    def positions(self):
+        return list(range(max(0, self.seen - self.window_size + 1), self.seen))
+
+
+@wrong("check_paged_window", "instances share state")
+class SharedClassList(PagedBase):
+    """block_table as a class attribute: every sequence appends to the same list."""
+
+    shared = []
+
+    def __init__(self, pool, window_size):
+        super().__init__(pool, window_size)
+        self.block_table = SharedClassList.shared
+        self.block_table.clear()
+
+
+@wrong("check_paged_window", "too early")
+class CapByCount(PagedBase):
+    """Keeps at most ceil(W / block_size) blocks, dropping the oldest past that: one short unless (W - 1) % bs == 0."""
+
+    def free_old(self):
+        cap = -(-self.window_size // self.pool.block_size)
+        p = self.seen - 1
+        need_new = self.opens_block(p)
+        while len(self.block_table) + need_new > cap:
+            self.pool.give(self.block_table.pop(0))
+            self.first += 1
+
+
+@wrong("check_paged_window", "hard-coded to 16", "pool.block_size")
+class HardCodedBlockSize(PagedBase):
+    """vLLM's default block size 16 written in, not pool.block_size."""
+
+    def first_needed(self):
+        return max(0, self.seen - self.window_size) // 16
+
+    def opens_block(self, p):
+        return p % 16 == 0
+
+    def append(self):
+        block, _ = super().append()
+        return block, (self.seen - 1) % 16
+
+
+@wrong("check_paged_window", "pool.give", "before")
+class TakesBeforeFreeing(PagedBase):
+    """Takes the new block first, then returns the old one: the pool, sized for the window, runs dry."""
+
+    def append(self):
+        p = self.seen
+        self.seen += 1
+        if self.opens_block(p):
+            self.block_table.append(self.pool.take())
+        self.free_old()
+        return self.block_table[-1], p % self.pool.block_size
