@@ -19,8 +19,10 @@ from swkv_teach.grading.caches import check_ring_buffer_cache, check_sink_cache,
 from swkv_teach.grading.chunk import check_chunk_mask
 from swkv_teach.grading.decode import check_cached_decode
 from swkv_teach.grading.h2o import check_h2o_keep
+from swkv_teach.grading.int8 import check_int8_quantize
 from swkv_teach.grading.lru import check_lru_cache
 from swkv_teach.grading.masks import check_sliding_window_mask
+from swkv_teach.grading.paged import check_paged_window
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ EXERCISES = {
         Exercise("06", "cached_decode", "check_cached_decode", "decode_step", 3),
         Exercise("10", "h2o_eviction", "check_h2o_keep", "h2o_keep", 3),
         Exercise("07", "chunk_mask", "check_chunk_mask", "chunk_mask", 2),
+        Exercise("08", "paged_cache", "check_paged_window", "PagedWindow", 3),
+        Exercise("09", "int8_kv", "check_int8_quantize", "quantize, dequantize", 2),
     )
 }
 
@@ -59,8 +63,10 @@ __all__ = [
     "ExerciseFailed",
     "check_cached_decode",
     "check_h2o_keep",
+    "check_int8_quantize",
     "check_chunk_mask",
     "check_lru_cache",
+    "check_paged_window",
     "check_ring_buffer_cache",
     "check_sink_cache",
     "check_sliding_window_cache",
