@@ -25,6 +25,6 @@ def wrong(check: str, *words: str, needs_accelerator: bool = False):
 
 def load() -> list:
     """Every registered wrong answer (importing the modules registers them)."""
-    from tests.wrong_answers import chunk, decode, h2o, lru, masks, ring, sinks, sliding  # noqa: F401
+    from tests.wrong_answers import chunk, decode, h2o, int8, lru, masks, paged, ring, sinks, sliding  # noqa: F401
 
     return CATALOGUE
