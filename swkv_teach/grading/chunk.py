@@ -35,7 +35,8 @@ from swkv_teach.masks import allowed, window_mask
 __all__ = ["check_chunk_mask"]
 
 WINDOWS = range(1, 10)
-DTYPES = ((torch.int64, torch.int64), (torch.int32, torch.int32), (torch.int32, torch.int64), (torch.int64, torch.int32))
+I32, I64 = torch.int32, torch.int64
+DTYPES = ((I64, I64), (I32, I32), (I32, I64), (I64, I32))  # (q_positions, k_positions), cycled over the cases
 
 
 @dataclass
@@ -218,7 +219,8 @@ def _dtype_failure(head, got: torch.Tensor, exp: torch.Tensor):
         return fail(head, f"returned dtype {g.dtype}; expected torch.bool (True = may attend).",
                     hint="comparisons (<=, >) give bool tensors; combine them with &.")
     return fail(head, f"returned dtype {g.dtype}; expected torch.bool (True = may attend).",
-                hint="0/1 integers are not a mask PyTorch accepts as one: keep the bool comparisons, no .int()/.long().")
+                hint="masked_fill and scaled_dot_product_attention both refuse a 0/1 integer mask: keep the bool "
+                "comparisons, without .int() or .long().")
 
 
 def _call_line(name: str, case: Case, qd, kd, dev) -> str:
