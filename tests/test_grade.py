@@ -90,3 +90,81 @@ def test_exercises_are_found_by_metadata_check_call_or_file_name():
     nb.cells.append(nbformat.v4.new_code_cell("check_sink_cache(SinkCache)"))
     nb.cells.append(nbformat.v4.new_markdown_cell("", metadata={"swkv": {"exercise": "01"}}))
     assert find_exercises(nb, "x.ipynb") == ["01", "05"]
+
+
+# ------------------------------------------------------------------ a class: one folder per student
+RING = "03_ring_buffer.ipynb"
+HOG = "hog = []\nwhile True:\n    hog.append(bytearray(64 * 2**20))  # 64 MiB at a time, never freed"
+
+
+def check_index(nb):
+    return next(n for n, c in enumerate(nb.cells) if c.metadata.get("swkv", {}).get("role") == "check")
+
+
+@pytest.fixture(scope="module")
+def classroom(tmp_path_factory):
+    subs = tmp_path_factory.mktemp("class")
+    good = spliced(MASK)
+    edited = nbformat.from_dict(good)
+    edited.cells[check_index(edited)].source = "print('trust me')"  # the official check still runs
+    notebooks = {
+        "alice": {MASK: good, RING: spliced(RING)},
+        "bob": {MASK: nbformat.read(ROOT / "exercises" / MASK, as_version=4)},
+        "carol": {MASK: edited},
+        "dave": {MASK: with_cell(good, check_index(good) + 1, HOG)},
+    }
+    for student, files in notebooks.items():
+        (subs / student).mkdir()
+        for name, nb in files.items():
+            nbformat.write(nb, subs / student / name)
+    out = tmp_path_factory.mktemp("class-out")
+    rc = main([str(subs), "--out", str(out), "--timeout", "20", "--jobs", "2", "--memory", "2G",
+               "--released", str(ROOT / "exercises")])
+    assert rc == 0
+    students = {r["student"]: r for r in csv.DictReader((out / "students.csv").open())}
+    book = {Path(r["notebook"]).parent.name: r for r in csv.DictReader((out / "gradebook.csv").open())
+            if Path(r["notebook"]).name == MASK}
+    return students, book
+
+
+def test_students_csv_has_a_row_per_student_with_points_total_and_max(classroom):
+    students = classroom[0]
+    assert sorted(students) == ["alice", "bob", "carol", "dave"]
+    assert (students["alice"]["ex02"], students["alice"]["ex03"], students["alice"]["total"]) == ("2", "3", "5")
+    assert {s["max"] for s in students.values()} == {"5"}, "every row has the class's maximum"
+    assert students["bob"]["total"] == "0" and students["bob"]["ex03"] == ""
+    assert "02_sliding_window_mask.ipynb: ok" in students["alice"]["statuses"]
+    assert "03_ring_buffer.ipynb: ok" in students["alice"]["statuses"]
+
+
+def test_an_edited_check_cell_is_flagged_but_the_official_check_decides(classroom):
+    carol = classroom[0]["carol"]
+    assert carol["ex02"] == "2", "the official check passed on carol's right answer"
+    assert "check cell of exercise 02 was changed or deleted" in carol["changed"]
+    assert classroom[0]["alice"]["changed"] == "" and classroom[0]["bob"]["changed"] == ""
+
+
+def test_a_notebook_allocating_without_end_hits_the_memory_cap_alone(classroom):
+    students, book = classroom
+    assert book["dave"]["status"] == "memory limit", book["dave"]
+    assert "2 GiB" in book["dave"]["reason"]
+    assert "memory limit" in students["dave"]["statuses"]
+    assert students["alice"]["total"] == "5", "the others are graded as usual"
+
+
+def test_changes_compares_code_outside_the_answer_regions():
+    from swkv_teach.grading.students import changes
+
+    release = nbformat.read(ROOT / "exercises" / MASK, as_version=4)
+    good = spliced(MASK)
+    assert changes(good, release) == []
+    assert changes(with_cell(good, 3, "x = 1"), release) == [], "an added cell is allowed"
+    answer = next(c for c in good.cells if c.metadata.get("swkv", {}).get("role") == "answer")
+    renamed = nbformat.from_dict(good)
+    next(c for c in renamed.cells if c.metadata.get("swkv", {}).get("role") == "answer").source = \
+        answer.source.replace("def sliding_window_mask(seq_len: int, window_size: int)", "def sliding_window_mask(n, w)")
+    assert ["the code around exercise 02's answer region (its signature or docstring) changed"] == changes(renamed, release)
+    no_imports = nbformat.from_dict(good)
+    del no_imports.cells[3]  # import torch, the check function ...
+    found = changes(no_imports, release)
+    assert len(found) == 1 and "released code cell" in found[0] and "was changed or deleted" in found[0]

@@ -1,4 +1,4 @@
-"""``swkv-teach grade PATH... [--out DIR] [--timeout S] [--jobs N]``: grade submitted notebooks.
+"""``swkv-teach grade PATH... [--out DIR] [--timeout S] [--jobs N] [--memory 4G] [--cpu S]``: grade notebooks.
 
 For each notebook (or every ``*.ipynb`` under a folder) it
 
@@ -9,8 +9,12 @@ For each notebook (or every ``*.ipynb`` under a folder) it
    cell running past ``--timeout`` seconds is interrupted), then runs the
    *official* check of each exercise (from :data:`~swkv_teach.grading.EXERCISES`,
    not the submission's possibly edited check cell) on what the notebook defined;
+   the kernel is capped (:mod:`.limits`: address space ``--memory``, CPU time
+   ``--cpu``), and the row says which cap a notebook hit;
 4. writes ``gradebook.csv`` (one row per notebook: points per exercise, total,
-   max, status, reason) and ``feedback/<notebook>.txt`` with each check's message.
+   max, status, reason) and ``feedback/<notebook>.txt`` with each check's message;
+   for folders laid out ``SUBMISSIONS/<student>/*.ipynb`` also ``students.csv``
+   (one row per student, flagging cells changed from the release: :mod:`.students`).
 
 Malformed files, crashed kernels, infinite loops and deleted cells each get a
 row and a reason. The exit status is 0 whenever grading completed, whatever
@@ -30,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from swkv_teach.grading import EXERCISES
+from swkv_teach.grading.limits import Limits, hit_memory_limit
 
 __all__ = ["find_exercises", "grade_notebook", "main"]
 
@@ -79,18 +84,27 @@ def _first_line(text: str) -> str:
     return (lines[0] if lines else text)[:240]
 
 
-def grade_notebook(path: Path, timeout: float = 60, display: str | None = None) -> dict:
-    """Grade one notebook; never raises. Returns the gradebook row plus ``feedback`` text."""
+def grade_notebook(path: Path, timeout: float = 60, display: str | None = None, memory: str | int | None = "4G",
+                   cpu: float | None = 600) -> dict:
+    """Grade one notebook; never raises. Returns the gradebook row plus ``feedback`` text.
+
+    ``memory`` (e.g. ``"2G"``) and ``cpu`` (seconds) cap the notebook's kernel; ``None`` leaves it uncapped.
+    """
     display = display or str(path)
     row = {"notebook": display, "exercises": {}, "status": "", "reason": "", "feedback": []}
     try:
-        return _grade(path, timeout, row)
+        return _grade(path, timeout, row, Limits(memory, cpu))
     except Exception as e:  # the grader's own safety net: a row, never a traceback
         row["status"], row["reason"] = "grader error", f"{type(e).__name__}: {e}"[:300]
         return row
 
 
-def _grade(path: Path, timeout: float, row: dict) -> dict:
+def _kernel_process(client):
+    provisioner = getattr(client.km, "provisioner", None)
+    return getattr(provisioner, "process", None)
+
+
+def _grade(path: Path, timeout: float, row: dict, limits: Limits) -> dict:
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
@@ -130,11 +144,13 @@ def _grade(path: Path, timeout: float, row: dict) -> dict:
             timed_out.add(cell_index)
 
     client.on_cell_executed = note_timeout
-    died_at = None
+    died_at, death, uncapped = None, None, None
     with tempfile.TemporaryDirectory(prefix="swkv-grade-") as scratch:
         client.resources = {"metadata": {"path": scratch}}
         try:
             with client.setup_kernel():
+                process = _kernel_process(client)
+                uncapped = limits.apply(process.pid) if process else "no local kernel process to cap"
                 for index, cell in enumerate(nb.cells):
                     if cell.cell_type != "code":
                         continue
@@ -142,6 +158,10 @@ def _grade(path: Path, timeout: float, row: dict) -> dict:
                         client.execute_cell(cell, index)
                     except DeadKernelError:
                         died_at = index
+                        try:
+                            death = limits.death(process.wait(timeout=10) if process else None)
+                        except Exception:
+                            death = None
                         break
         except DeadKernelError:
             died_at = died_at if died_at is not None else 0
@@ -173,10 +193,22 @@ def _grade(path: Path, timeout: float, row: dict) -> dict:
             fb.append(f"[{ex_id}] {e.check}({e.target}): failed, 0/{e.points} points\n" +
                       "\n".join("    " + ln for ln in why.splitlines()))
 
+    out_of_memory = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and limits.memory
+                     and hit_memory_limit(_error_text(c) or "")]
     if died_at is not None:
         where = f"cell {died_at + 1} of {learner_cells}" if died_at < learner_cells else "an exercise check"
-        row["status"] = "kernel died"
-        row["reason"] = f"the kernel died while running {where} (os._exit, a crash, or out of memory)"
+        if death:
+            row["status"], why = death.split(": ", 1)
+            row["reason"] = f"{why}, while running {where}"
+        else:
+            row["status"] = "kernel died"
+            row["reason"] = f"the kernel died while running {where} (os._exit, a crash, or out of memory)"
+    elif out_of_memory:
+        first = out_of_memory[0]
+        where = f"cell {first + 1} of {learner_cells}" if first < learner_cells else "an exercise check"
+        row["status"] = "memory limit"
+        row["reason"] = (f"{where} hit the memory limit ({limits.describe().split(' and ')[0]}) and was stopped; "
+                         f"{sum(1 for pts in row['exercises'].values() if pts)} of {len(ids)} exercise(s) passed")
     elif timeouts:
         row["status"] = "timeout"
         row["reason"] = f"cell {timeouts[0] + 1} of {learner_cells} ran longer than {timeout:g} s and was interrupted"
@@ -191,6 +223,8 @@ def _grade(path: Path, timeout: float, row: dict) -> dict:
         if raised:
             reasons.append(f"{len(raised)} cell(s) raised, first: cell {raised[0][0] + 1}: {_first_line(raised[0][1])}")
         row["reason"] = "; ".join(reasons) or "all checks passed"
+    if uncapped:
+        fb.append(f"Note: {uncapped}.")
     if raised:
         fb.append("Cells that raised an error:\n" + "\n".join(f"    cell {i + 1}: {_first_line(t)}" for i, t in raised))
     return row
@@ -245,9 +279,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("gradebook"), help="output folder (default: gradebook)")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per cell before it is interrupted (default 60)")
     ap.add_argument("--jobs", type=int, default=1, help="notebooks graded at once (default 1)")
+    ap.add_argument("--memory", default="4G", help="address-space cap per notebook kernel, e.g. 2G (default 4G; none: no cap)")
+    ap.add_argument("--cpu", type=float, default=600, help="CPU seconds per notebook kernel (default 600)")
+    ap.add_argument("--released", type=Path, default=Path("exercises"),
+                    help="the released exercise notebooks, to flag changed cells in students.csv (default: exercises)")
     args = ap.parse_args(argv)
     if args.jobs < 1 or args.timeout <= 0:
         ap.error("--jobs must be >= 1 and --timeout > 0")
+    memory = None if str(args.memory).lower() == "none" else args.memory
+    try:
+        Limits(memory, args.cpu)
+    except ValueError as e:
+        ap.error(str(e))
 
     from tqdm import tqdm
 
@@ -258,13 +301,18 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     rows: dict[int, dict] = {}
     with ThreadPoolExecutor(max_workers=args.jobs) as pool, tqdm(total=len(notebooks), unit="nb", desc="grading") as bar:
-        futures = {pool.submit(grade_notebook, p, args.timeout, str(p)): n for n, p in enumerate(notebooks)}
+        futures = {pool.submit(grade_notebook, p, args.timeout, str(p), memory, args.cpu): n for n, p in enumerate(notebooks)}
         for fut in as_completed(futures):
             rows[futures[fut]] = fut.result()
             bar.update(1)
-    book = _write([rows[n] for n in range(len(notebooks))], args.out)
-    print(f"swkv-teach grade: {len(notebooks)} notebook(s) in {time.perf_counter() - t0:.0f} s -> {book} "
-          f"and {args.out / 'feedback'}/")
+    from swkv_teach.grading.students import write_students
+
+    ordered = [rows[n] for n in range(len(notebooks))]
+    book = _write(ordered, args.out)
+    folders = [Path(p) for p in args.paths if Path(p).is_dir()]
+    students = write_students(ordered, notebooks, folders, args.released, args.out)
+    print(f"swkv-teach grade: {len(notebooks)} notebook(s) in {time.perf_counter() - t0:.0f} s -> {book}"
+          + (f", {students}" if students else "") + f" and {args.out / 'feedback'}/")
     return 0
 
 
