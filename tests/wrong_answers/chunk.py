@@ -98,7 +98,7 @@ def zero_one_floats(q_positions, k_positions, window_size):
     return ((k <= q) & (k > q - window_size)).float()
 
 
-@wrong(NAME, "torch.bool", "0/1 integers")
+@wrong(NAME, "torch.bool", "0/1 integer mask")
 def zero_one_integers(q_positions, k_positions, window_size):
     """Right pattern as int64 via .long()."""
     q, k = _qk(q_positions, k_positions)
