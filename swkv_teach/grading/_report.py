@@ -20,7 +20,7 @@ import torch
 
 __all__ = ["ExerciseFailed", "call", "fail", "grid", "passed", "rehint", "show"]
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the swkv_teach package
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
 
 
@@ -91,7 +91,7 @@ def grid(mask, title: str) -> list[str]:
 
 
 def _where(exc: BaseException) -> str:
-    """The learner's line that raised: the last frame outside torch and this package."""
+    """The learner's line that raised: the last frame outside torch and swkv_teach."""
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if not f.filename.startswith((_HERE, _TORCH))]
     if not mine:

@@ -38,6 +38,11 @@ SLIDING_RUNS = (
 LIVE = ((2,), (5,), (3,))  # instances alive together
 
 
+def _lsort(labels_: list) -> list:
+    """Labels sorted so that token 0 and a zero slot "0" stay apart."""
+    return sorted(labels_, key=lambda x: (isinstance(x, str), str(x) if isinstance(x, str) else x))
+
+
 def _shown(runs) -> str:
     ws = sorted({r.args[-1] for r in runs})
     return ", ".join(map(str, ws))
@@ -91,7 +96,7 @@ def _window_hint(got: list, exp: list, seen: int, W: int, more: list, zeros: boo
     if got == list(range(max(0, seen - 1 - W), seen - 1)) and seen - 1 not in got:
         return ("you returned the cache as it was before this update: add the new token first, then return "
                 "the updated tensors."), False
-    if sorted(got, key=str) == sorted(exp, key=str) and got != exp:
+    if _lsort(got) == _lsort(exp) and got != exp:
         if got and got[0] == seen - 1:
             return "newest first: you are prepending. Append at the end, torch.cat([self.k, k_new], dim=2).", False
         return "the right tokens in the wrong order: keep them chronological, oldest first.", False
@@ -239,7 +244,7 @@ def _ring_hint(got: list, exp: list, seen: int, W: int, zeros: bool) -> tuple[st
     if "0" in got and "0" not in exp and len(got) > len(exp):
         return ("unfilled slots came back (zeros): before the buffer is full, return only the filled slots, "
                 "k_buf[:, :, :seen]; zero keys would still take attention weight."), False
-    if sorted(got, key=str) == sorted(exp, key=str):
+    if _lsort(got) == _lsort(exp):
         if got == sorted(exp, key=lambda x: (isinstance(x, str), x if isinstance(x, int) else 0)):
             return ("you returned the tokens in chronological order; a ring buffer returns its slots in slot "
                     "order (token p lives in slot p % W) without moving anything: no roll, no cat."), False
@@ -366,14 +371,14 @@ class SinkJudge(Judge):
         exp = sorted(self.oracle.positions.tolist())
         if s.zeros:  # zero tokens read as "0": judge by the positions the cache reports
             exp_l = labels(s.ek, base=s.base)
-            if sorted(got, key=str) != sorted(exp_l, key=str) or len(got) != len(exp_l):
+            if _lsort(got) != _lsort(exp_l) or len(got) != len(exp_l):
                 raise fail(s.case, "update() returned the keys of (any order is fine; odd tokens are all zeros in "
                            "this run and read as 0):", expected=exp_l, got=got,
                            hint="zero is a legitimate key: keep and return tokens whose keys are all zeros like any "
                            "other (count positions, never look for zeros).")
             pos = as_positions(s.case, call(s.case, "the positions property", lambda: s.cache.positions))
         else:
-            if sorted(got, key=str) != sorted(exp, key=str) or len(got) != len(exp):
+            if _lsort(got) != _lsort(exp) or len(got) != len(exp):
                 raise fail(s.case, "update() returned the keys of positions (any order is fine):",
                            expected=exp, got=got, hint=_sink_hint(got, exp, s.p + 1, S, W))
             pos = read_positions(s.case, s.cache)

@@ -5,14 +5,20 @@ new tokens ``(B, c)`` with ``model.embed``, each layer's ``attn_norm``,
 ``attn.qkv``, ``cache.update``, ``attn.attend``, ``mlp_norm``, ``mlp``, then
 ``model.norm`` and ``model.lm_head``. The expected logits are the decoder's
 own oracle, :meth:`Decoder.forward` on the whole sequence (sliding-window mask,
-no cache), on a tiny random decoder: one token at a time (window 3, long past
-the point where the cache is full) and a prompt chunk followed by single tokens
-(window 5, so the chunk's queries need the window's mask).
+no cache): one token at a time (window 3, 14 tokens) and prompt chunks between
+single tokens (window 5, chunks longer than the window).
 
-When logits differ, two wrong variants are computed from the library to name
-the bug: RoPE positions from ``len(cache)`` (via ``Decoder.step`` over caches
-whose ``seen`` reports ``len``) and attention without the window
-(``forward`` with a huge window).
+The graded decoder is tiny and random, but not gentle: every RMSNorm weight is
+drawn from [0.5, 2] (so a norm dropped, shared or swapped changes the answer)
+and the query and key projections are scaled up 8x (so attention is sharp and
+a position error moves it). Each usual bug then misses by well over 10x the
+tolerance (``tests/test_grading.py`` measures it).
+
+To name a bug, the check watches the learner's calls (:mod:`._decode_spy`):
+which positions went to ``qkv`` in each layer, whether ``cache.positions`` was
+read before ``update``, how many keys ``update`` got, what ``attend`` was given
+and which norms ran. The most specific finding wins; otherwise it says which
+layer's input first differs from the oracle's.
 """
 
 from __future__ import annotations
@@ -20,18 +26,20 @@ from __future__ import annotations
 import torch
 
 from swkv_teach.device import device as pick_device
-from swkv_teach.grading._report import call, fail, passed, show
+from swkv_teach.grading._decode_spy import Spy, diagnose, first_difference
+from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint, show
 
 VOCAB = 32
 SCENARIOS = (  # window, chunk sizes (their sum is the sequence length)
-    (3, (1,) * 10),
-    (5, (6, 1, 1, 3, 1, 1, 1)),
+    (3, (1,) * 14),
+    (5, (6, 1, 1, 3, 1, 1, 1, 7, 1, 1)),
 )
 ATOL, RTOL = 1e-4, 1e-3
+SHARP = 8.0  # query/key projections scaled up: sharp attention
 
 
 class _Forbidden(RuntimeError):
-    pass
+    """Raised by model.step/score/generate during the check."""
 
 
 def _forbid(name: str):
@@ -42,74 +50,42 @@ def _forbid(name: str):
     return refuse
 
 
-class _LenAsSeen:
-    """A cache whose ``seen`` is ``len(cache)``: the classic RoPE bug, reproduced with the library's own step."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def update(self, k, v):
-        return self.inner.update(k, v)
-
-    @property
-    def positions(self):
-        return self.inner.positions
-
-    @property
-    def seen(self):
-        return len(self.inner)
-
-
-def _model(W: int, dev):
+def make_model(W: int, dev):
+    """The graded decoder for window ``W`` and its token ids (seeded; the learner's RNG stream is left alone)."""
     from swkv_teach.model import Decoder, DecoderConfig
 
     cfg = DecoderConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, hidden_dim=64,
                         window_size=W)
-    with torch.random.fork_rng(devices=[]):  # leave the learner's RNG stream alone
+    with torch.random.fork_rng(devices=[]):
         torch.manual_seed(1234 + W)
         model = Decoder(cfg)
+        with torch.no_grad():
+            qk_rows = (cfg.n_heads + cfg.n_kv_heads) * cfg.head_dim
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.uniform_(0.5, 2.0)
+                elif name.endswith("qkv_proj.weight"):  # fused: query rows, then key rows, then value rows
+                    p[:qk_rows].mul_(SHARP)
+                elif name.endswith(("q_proj.weight", "k_proj.weight")):
+                    p.mul_(SHARP)
         ids = torch.randint(0, VOCAB, (2, sum(dict(SCENARIOS)[W])))
     return model.to(dev).eval(), ids.to(dev)
 
 
-def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.allclose(a.float(), b.float(), atol=ATOL, rtol=RTOL)
 
 
-def _variants(model, ids, chunks, upto: int) -> dict:
-    """Logits of the usual wrong answers for chunks 0..upto, for the diagnosis."""
-    from swkv_teach.model import Decoder
-
-    out = {}
-    with torch.no_grad():
-        caches = [_LenAsSeen(c) for c in model.new_caches("ring")]
-        start, parts = 0, []
-        for c in chunks[: upto + 1]:
-            parts.append(Decoder.step(model, ids[:, start : start + c], caches))
-            start += c
-        out["len"] = parts[-1]
-        out["nowindow"] = Decoder.forward(model, ids[:, :start], window_size=10**6)[:, start - chunks[upto] :]
-        out["alone"] = Decoder.forward(model, ids[:, start - chunks[upto] : start])
-    return out
-
-
-def _hint(got: torch.Tensor, variants: dict, first_bad: int, W: int) -> str:
-    if _close(got, variants["len"]):
-        return ("your logits are what RoPE positions from len(cache) give: once the window is full, len(cache) "
-                "stops at W while positions keep growing. Take positions from cache.seen (read before the update).")
-    if _close(got, variants["nowindow"]):
-        return ("your queries attend to keys outside the window: pass q_positions and cache.positions to "
-                "attn.attend and let it mask with the window (i - W < j <= i).")
-    if _close(got, variants["alone"]):
-        return ("each call is computed as if it were the start of the sequence: positions must start at "
-                "caches[0].seen, and keys must go through cache.update so earlier tokens are seen.")
-    if first_bad < W:
-        return ("already wrong before the window is full: check the order: embed; per layer h = x; "
-                "q, k, v = attn.qkv(attn_norm(x), positions); k, v = cache.update(k, v); "
-                "x = x + attn.attend(q, k, v, positions, cache.positions); x = x + mlp(mlp_norm(x)); "
-                "then lm_head(norm(x)).")
-    return ("right at first, wrong later: are the positions absolute (from cache.seen, before update) for both "
-            "RoPE and the mask?")
+def _check_output(case: str, got, exp: torch.Tensor) -> None:
+    if not isinstance(got, torch.Tensor):
+        raise fail(case, f"returned {show(got)} ({type(got).__name__}); expected logits, a tensor of shape "
+                   f"{tuple(exp.shape)} (batch, new tokens, vocab).", hint="return lm_head(norm(x)).")
+    if tuple(got.shape) != tuple(exp.shape):
+        raise fail(case, f"returned shape {tuple(got.shape)}; expected {tuple(exp.shape)} "
+                   "(batch, new tokens, vocab): one row of logits per new token.",
+                   hint="keep every new token's row; do not take [:, -1] or squeeze.")
+    if got.device != exp.device:
+        raise fail(case, f"returned logits on {got.device}; the model and input_ids are on {exp.device}.")
 
 
 def check_cached_decode(fn) -> None:
@@ -118,40 +94,45 @@ def check_cached_decode(fn) -> None:
     name = getattr(fn, "__name__", "your function")
     total = 0
     for W, chunks in SCENARIOS:
-        model, ids = _model(W, dev)
+        model, ids = make_model(W, dev)
         with torch.no_grad():
             expected = model(ids)  # (B, T, vocab): the oracle
+            hidden = Spy.oracle_hidden(model, ids)
         for attr in ("step", "score", "generate"):
             setattr(model, attr, _forbid(attr))
-        caches = model.new_caches("ring")
+        spy = Spy(model)
         start = 0
         for n, c in enumerate(chunks):
             case = (f"{name}(model, input_ids[:, {start}:{start + c}], caches) on a tiny decoder with window_size={W} "
                     f"(call {n + 1}: {c} new token{'s' if c > 1 else ''} at positions {start}..{start + c - 1})")
-            with torch.no_grad():
-                got = call(case, f"{name}()", fn, model, ids[:, start : start + c], caches)
-            exp = expected[:, start : start + c]
-            if not isinstance(got, torch.Tensor):
-                raise fail(case, f"returned {show(got)} ({type(got).__name__}); expected logits, a tensor of shape "
-                           f"{tuple(exp.shape)} (batch, new tokens, vocab).", hint="return lm_head(norm(x)).")
-            if tuple(got.shape) != tuple(exp.shape):
-                raise fail(case, f"returned shape {tuple(got.shape)}; expected {tuple(exp.shape)} "
-                           "(batch, new tokens, vocab): one row of logits per new token.",
-                           hint="keep every new token's row; do not take [:, -1] or squeeze.")
-            if got.device != exp.device:
-                raise fail(case, f"returned logits on {got.device}; the model and input_ids are on {exp.device}.")
-            err = (got.float() - exp.float()).abs().amax(dim=(0, 2))  # (c,)
-            if not _close(got, exp):
-                over = torch.nonzero(err > ATOL + RTOL * exp.float().abs().amax()).flatten()
-                bad = int(over[0]) if len(over) else 0
-                v = _variants(model, ids, chunks, n)
-                raise fail(case, f"your logits differ from model.forward's at position {start + bad} "
-                           f"(max abs difference {float(err[bad]):.3g}); positions before it matched.",
-                           hint=_hint(got, v, start + bad, W))
+            spy.begin(start, c)
+            try:
+                with torch.no_grad():
+                    got = call(case, f"{name}()", fn, model, ids[:, start : start + c], spy.caches)
+                exp = expected[:, start : start + c]
+                _check_output(case, got, exp)
+                if not close(got, exp):
+                    err = (got.float() - exp.float()).abs().amax(dim=(0, 2))  # (c,)
+                    over = torch.nonzero(err > ATOL + RTOL * exp.float().abs().amax()).flatten()
+                    bad = int(over[0]) if len(over) else 0
+                    raise fail(case, f"your logits differ from model.forward's at position {start + bad} "
+                               f"(max abs difference {float(err[bad]):.3g}, tolerance {ATOL:g} + {RTOL:g} x max|logit|)"
+                               + ("; positions before it matched." if bad else "."),
+                               hint=first_difference(spy, hidden), generic=True)
+            except ExerciseFailed as e:
+                if "the library's finished answer" in str(e):
+                    raise
+                found = diagnose(spy, model)
+                if found:
+                    raise rehint(e, found, "(found by watching your calls to the model's parts and the caches)") \
+                        from None
+                raise
+            finally:
+                spy.end()
             start += c
             total += c
-    passed(f"{name} reproduces model.forward through ring caches, one token at a time and in chunks "
-           f"(windows 3 and 5, {total} positions).")
+    passed(f"{name} reproduces model.forward through ring caches, one token at a time and in chunks longer than "
+           f"the window (windows 3 and 5, {total} positions; random norm weights, sharp attention).")
 
 
-__all__ = ["check_cached_decode"]
+__all__ = ["check_cached_decode", "make_model", "SCENARIOS"]

@@ -41,6 +41,7 @@ class _Script:
                 raise fail(self.title, f"{_name(cls)}({max_size}) gave a {type(self.mine).__name__} with no {m}() method.",
                            hint="pass the class itself to the check, with put(token_id, key, value) and get(token_id).")
         self.oracle = LRUKVCache(max_size)
+        self.cls, self.max_size, self.log = cls, max_size, []  # log: the calls so far, to rebuild a twin
         self.version: dict = {}
         self.state = state  # compare the whole state after every operation
 
@@ -54,6 +55,7 @@ class _Script:
         key, value = f"k{token_id}" + "'" * n, f"v{token_id}" + "'" * n
         self.ops.append(f"put({token_id}, {key!r}, {value!r})")
         call(self._case(), f"put({token_id}, ...)", self.mine.put, token_id, key, value)
+        self.log.append(("put", token_id, key, value))
         self.oracle.put(token_id, key, value)
         self.compare_state()
 
@@ -61,12 +63,24 @@ class _Script:
         self.ops.append(f"get({token_id})")
         case = self._case()
         got = call(case, f"get({token_id})", self.mine.get, token_id)
+        self.log.append(("get", token_id))
         exp = self.oracle.get(token_id)
         if _norm(got) != exp:
             raise fail(case, f"the last call, get({token_id}):", expected=exp if exp is not None else MISS,
                        got=got if got is not None else MISS, **_get_hint(self, token_id, got, exp, hint_hit,
                                                                          hint_miss, hint))
         self.compare_state()
+
+    def _twin(self):
+        """A copy of the learner's cache: a deep copy, or (for objects deepcopy cannot make, such as a dict
+        subclass whose __init__ takes max_size) a fresh instance with every call so far replayed."""
+        try:
+            return copy.deepcopy(self.mine)
+        except Exception:
+            twin = self.cls(self.max_size)
+            for op in self.log:
+                getattr(twin, op[0])(*op[1:])
+            return twin
 
     def compare_state(self) -> None:
         """Ask the learner's cache, through deep copies, for every id ever put: each answer as the oracle's.
@@ -80,9 +94,9 @@ class _Script:
         for token_id in gone + stored:
             exp = self.oracle.peek(token_id)
             try:
-                got = copy.deepcopy(self.mine).get(token_id)
+                got = self._twin().get(token_id)
             except Exception:
-                return  # an object that cannot be copied is judged by its gets alone
+                return  # an object that can be neither copied nor rebuilt is judged by its gets alone
             if _norm(got) != exp:
                 what = (f"id {token_id} should have been evicted by now, yet get({token_id}) returns {show(got)}"
                         if exp is None else
@@ -130,25 +144,35 @@ def _get_hint(s: _Script, token_id, got, exp, hint_hit, hint_miss, hint) -> dict
 
 # ------------------------------------------------------------------ probes: one bug each, on fresh instances
 def _probe(cls, size: int, ops) -> dict | None:
-    """Run ``ops`` on a fresh cache; then {id: get(id)} for ids 0..9 on a copy (None if anything fails)."""
-    try:
+    """Run ``ops`` on a fresh cache; then {id: get(id)} for ids 0..9, each asked of its own copy (None if the
+    ops themselves fail). ``("get", id, out)`` appends that get's result to the list ``out``."""
+
+    def build():
         c = cls(size)
         for op in ops:
             if op[0] == "put":
                 c.put(*op[1:])
             else:
-                op_result = _norm(c.get(op[1]))
+                result = _norm(c.get(op[1]))
                 if len(op) > 2:
-                    op[2].append(op_result)
+                    op[2].append(result)
+        return c
+
+    try:
+        c = build()
     except Exception:
         return None
-    return {i: _read(c, i) for i in range(10)}
+    return {i: _read(c, i, lambda: build()) for i in range(10)}
 
 
-def _read(cache, token_id):
-    """``get(token_id)`` on a deep copy of ``cache`` (so the read changes nothing); an error reads as a miss."""
+def _read(cache, token_id, rebuild):
+    """``get(token_id)`` on a copy of ``cache`` (a deep copy, else a rebuilt twin); an error reads as a miss."""
     try:
-        return _norm(copy.deepcopy(cache).get(token_id))
+        try:
+            twin = copy.deepcopy(cache)
+        except Exception:
+            twin = rebuild()
+        return _norm(twin.get(token_id))
     except Exception:
         return None
 

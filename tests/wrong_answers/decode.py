@@ -5,35 +5,38 @@ import torch
 from tests.wrong_answers import wrong
 
 
-def _run(model, input_ids, caches, positions, window_size=None, use_cache=True):
+def _positions(caches, input_ids, start=None):
+    s = caches[0].seen if start is None else start
+    return torch.arange(s, s + input_ids.shape[1], device=input_ids.device)
+
+
+def _run(model, input_ids, caches, positions, window_size=None, use_cache=True, rope_positions=None,
+         keys=lambda k, L: k):
     x = model.embed(input_ids)
-    for layer, cache in zip(model.layers, caches):
-        q, k, v = layer.attn.qkv(layer.attn_norm(x), positions)
+    for L, (layer, cache) in enumerate(zip(model.layers, caches)):
+        q, k, v = layer.attn.qkv(layer.attn_norm(x), positions if rope_positions is None else rope_positions)
         kpos = positions
         if use_cache:
             k, v = cache.update(k, v)
             kpos = cache.positions.to(x.device)
-        x = x + layer.attn.attend(q, k, v, positions, kpos, window_size=window_size)
+        x = x + layer.attn.attend(q, keys(k, L), keys(v, L), positions, kpos, window_size=window_size)
         x = x + layer.mlp(layer.mlp_norm(x))
     return model.lm_head(model.norm(x))
 
 
-@wrong("check_cached_decode", "len(cache)", "cache.seen")
+@wrong("check_cached_decode", "len(cache)", "caches[0].seen")
 def decode_len_positions(model, input_ids, caches):
     """RoPE (and query) positions from len(cache): right until the window is full."""
-    start = len(caches[0])
-    return _run(model, input_ids, caches, torch.arange(start, start + input_ids.shape[1], device=input_ids.device))
+    return _run(model, input_ids, caches, _positions(caches, input_ids, start=len(caches[0])))
 
 
 @wrong("check_cached_decode", "outside the window")
 def decode_ignores_window(model, input_ids, caches):
     """Masks causally only (a huge window): a prompt chunk's queries see keys outside the window."""
-    start = caches[0].seen
-    pos = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
-    return _run(model, input_ids, caches, pos, window_size=10**6)
+    return _run(model, input_ids, caches, _positions(caches, input_ids), window_size=10**6)
 
 
-@wrong("check_cached_decode", "start of the sequence")
+@wrong("check_cached_decode", "never updated", "caches[0].seen")
 def decode_without_cache(model, input_ids, caches):
     """Forgets the caches: every call starts at position 0 and sees only its own tokens."""
     pos = torch.arange(input_ids.shape[1], device=input_ids.device)
@@ -43,9 +46,7 @@ def decode_without_cache(model, input_ids, caches):
 @wrong("check_cached_decode", "one row of logits per new token")
 def decode_last_only(model, input_ids, caches):
     """Returns only the last token's logits (B, vocab)."""
-    start = caches[0].seen
-    pos = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
-    return _run(model, input_ids, caches, pos)[:, -1]
+    return _run(model, input_ids, caches, _positions(caches, input_ids))[:, -1]
 
 
 @wrong("check_cached_decode", "model.step")
@@ -58,3 +59,111 @@ def decode_calls_step(model, input_ids, caches):
 def decode_stub(model, input_ids, caches):
     """The exercise as generated: the stub."""
     raise NotImplementedError("exercise 06: replace these two lines with your code")
+
+
+# ---------------------------------------------------------------- issue 10: each misses by >= 10x the tolerance
+@wrong("check_cached_decode", "recomputed inside the layer loop")
+def decode_positions_in_loop(model, input_ids, caches):
+    """Recomputes positions from caches[0].seen inside the layer loop: layer 1 sees them shifted by c."""
+    x = model.embed(input_ids)
+    for layer, cache in zip(model.layers, caches):
+        pos = _positions(caches, input_ids)
+        q, k, v = layer.attn.qkv(layer.attn_norm(x), pos)
+        k, v = cache.update(k, v)
+        x = x + layer.attn.attend(q, k, v, pos, cache.positions.to(x.device))
+        x = x + layer.mlp(layer.mlp_norm(x))
+    return model.lm_head(model.norm(x))
+
+
+@wrong("check_cached_decode", "kv heads tiled wrongly", "repeat_interleave")
+def decode_tiles_kv_heads(model, input_ids, caches):
+    """Expands the key/value heads with .repeat (h, h + n_kv, ...) instead of grouping them."""
+    g = model.config.n_heads // model.config.n_kv_heads
+    return _run(model, input_ids, caches, _positions(caches, input_ids), keys=lambda t, L: t.repeat(1, g, 1, 1))
+
+
+@wrong("check_cached_decode", "no rope offset")
+def decode_rope_from_zero(model, input_ids, caches):
+    """Caches and masks right, but rotates the new tokens at positions 0..c-1 in every call."""
+    pos = _positions(caches, input_ids)
+    return _run(model, input_ids, caches, pos, rope_positions=torch.arange(input_ids.shape[1]))
+
+
+@wrong("check_cached_decode", "cut", "all c new keys")
+def decode_truncates_chunk(model, input_ids, caches):
+    """Caches only the chunk's last W keys ('the cache only needs W'): the chunk's first queries lose theirs."""
+    W = model.config.window_size
+    pos = _positions(caches, input_ids)
+    x = model.embed(input_ids)
+    for layer, cache in zip(model.layers, caches):
+        q, k, v = layer.attn.qkv(layer.attn_norm(x), pos)
+        k, v = cache.update(k[:, :, -W:], v[:, :, -W:])
+        x = x + layer.attn.attend(q, k, v, pos, cache.positions.to(x.device))
+        x = x + layer.mlp(layer.mlp_norm(x))
+    return model.lm_head(model.norm(x))
+
+
+@wrong("check_cached_decode", "one norm shared by attention and mlp")
+def decode_shares_attn_norm(model, input_ids, caches):
+    """Uses layer.attn_norm before the MLP too (one norm for both sub-layers)."""
+    pos = _positions(caches, input_ids)
+    x = model.embed(input_ids)
+    for layer, cache in zip(model.layers, caches):
+        q, k, v = layer.attn.qkv(layer.attn_norm(x), pos)
+        k, v = cache.update(k, v)
+        x = x + layer.attn.attend(q, k, v, pos, cache.positions.to(x.device))
+        x = x + layer.mlp(layer.attn_norm(x))
+    return model.lm_head(model.norm(x))
+
+
+@wrong("check_cached_decode", "mlp_norm", "weight")
+def decode_drops_norm_weight(model, input_ids, caches):
+    """Normalises before the MLP by hand (x / rms(x)), dropping mlp_norm's weight."""
+    pos = _positions(caches, input_ids)
+    x = model.embed(input_ids)
+    for layer, cache in zip(model.layers, caches):
+        q, k, v = layer.attn.qkv(layer.attn_norm(x), pos)
+        k, v = cache.update(k, v)
+        x = x + layer.attn.attend(q, k, v, pos, cache.positions.to(x.device))
+        x = x + layer.mlp(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+    return model.lm_head(model.norm(x))
+
+
+@wrong("check_cached_decode", "before cache.update", "previous call")
+def decode_positions_before_update(model, input_ids, caches):
+    """Reads cache.positions before cache.update: the keys' positions of the previous call."""
+    pos = _positions(caches, input_ids)
+    x = model.embed(input_ids)
+    for layer, cache in zip(model.layers, caches):
+        kpos = cache.positions.to(x.device)
+        q, k, v = layer.attn.qkv(layer.attn_norm(x), pos)
+        k, v = cache.update(k, v)
+        x = x + layer.attn.attend(q, k, v, pos, kpos)
+        x = x + layer.mlp(layer.mlp_norm(x))
+    return model.lm_head(model.norm(x))
+
+
+@wrong("check_cached_decode", "model.norm was not applied")
+def decode_skips_final_norm(model, input_ids, caches):
+    """Forgets the final norm: lm_head(x)."""
+    pos = _positions(caches, input_ids)
+    x = model.embed(input_ids)
+    for layer, cache in zip(model.layers, caches):
+        q, k, v = layer.attn.qkv(layer.attn_norm(x), pos)
+        k, v = cache.update(k, v)
+        x = x + layer.attn.attend(q, k, v, pos, cache.positions.to(x.device))
+        x = x + layer.mlp(layer.mlp_norm(x))
+    return model.lm_head(x)
+
+
+@wrong("check_cached_decode", "entering layer 1", "layer 0")
+def decode_mlp_without_residual(model, input_ids, caches):
+    """x = layer.mlp(...) instead of x = x + layer.mlp(...): no bug the watcher names; it says where it differs."""
+    pos = _positions(caches, input_ids)
+    x = model.embed(input_ids)
+    for layer, cache in zip(model.layers, caches):
+        q, k, v = layer.attn.qkv(layer.attn_norm(x), pos)
+        k, v = cache.update(k, v)
+        x = x + layer.attn.attend(q, k, v, pos, cache.positions.to(x.device))
+        x = layer.mlp(layer.mlp_norm(x))
+    return model.lm_head(model.norm(x))

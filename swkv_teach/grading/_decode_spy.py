@@ -1,0 +1,255 @@
+"""Watching a learner's decode step, to name its bug (exercise 06).
+
+:class:`Spy` wraps the graded model's parts and hands the learner caches that
+record how they are used. Per call it knows, for each layer: the positions
+given to ``attn.qkv``, the keys given to ``cache.update`` (and the positions
+the cache reported right after), whether ``cache.positions`` was read before
+``update``, what ``attn.attend`` received, which norms ran, and the hidden
+state entering the layer. :func:`diagnose` turns that into the most specific
+hint that is true; :func:`first_difference` says which layer's input first
+differs from the oracle's when nothing more specific fits.
+
+Nothing here changes what the learner's code computes: the wrappers call the
+real methods and caches and return their results unchanged.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+__all__ = ["Spy", "diagnose", "first_difference"]
+
+
+class _Cache:
+    """A library cache that records, in the spy's current call, how layer ``L`` uses it."""
+
+    def __init__(self, inner, L: int, spy: "Spy"):
+        self._inner, self._L, self._spy = inner, L, spy
+
+    def update(self, k, v):
+        out = self._inner.update(k, v)
+        self._spy.log(self._L, "update", tokens=int(k.shape[2]), k=out[0], positions=self._inner.positions.tolist())
+        return out
+
+    @property
+    def positions(self):
+        self._spy.log(self._L, "positions")
+        return self._inner.positions
+
+    @property
+    def seen(self):
+        return self._inner.seen
+
+    def __len__(self):
+        return len(self._inner)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class Spy:
+    """Wrap ``model``'s parts (once) and give out recording caches, one per layer."""
+
+    def __init__(self, model):
+        from swkv_teach.model import LayerCaches
+
+        self.model = model
+        self.events: dict = defaultdict(list)  # layer -> [(kind, info)], for the current call
+        self.hidden: dict = {}  # layer -> first input of its attn_norm in this call; "final" -> model.norm's
+        self.start = self.c = 0
+        W = model.config.window_size
+        inner = model.new_caches("ring")
+        self.caches = LayerCaches([_Cache(x, L, self) for L, x in enumerate(inner)], W, 0)
+        for L, layer in enumerate(model.layers):
+            layer.attn.qkv = self._wrap_qkv(layer.attn.qkv, L)
+            layer.attn.attend = self._wrap_attend(layer.attn.attend, L)
+            if hasattr(layer.attn, "attend_with_weights"):
+                layer.attn.attend_with_weights = self._wrap_attend(layer.attn.attend_with_weights, L)
+            if hasattr(layer.attn, "attend_unmasked"):
+                layer.attn.attend_unmasked = self._wrap_unmasked(layer.attn.attend_unmasked, L)
+            layer.attn_norm.register_forward_hook(self._norm_hook(L, "attn_norm"))
+            layer.mlp_norm.register_forward_hook(self._norm_hook(L, "mlp_norm"))
+            layer.mlp.register_forward_hook(self._norm_hook(L, "mlp"))
+        model.norm.register_forward_hook(self._norm_hook("final", "norm"))
+
+    # ------------------------------------------------------------------ recording
+    def begin(self, start: int, c: int) -> None:
+        self.events = defaultdict(list)
+        self.hidden = {}
+        self.start, self.c = start, c
+
+    def end(self) -> None:
+        pass
+
+    def log(self, L, kind: str, **info) -> None:
+        self.events[L].append((kind, info))
+
+    def _wrap_qkv(self, qkv, L):
+        def spy_qkv(x, positions, *args, **kwargs):
+            self.log(L, "qkv", positions=torch.as_tensor(positions).flatten().tolist())
+            return qkv(x, positions, *args, **kwargs)
+
+        return spy_qkv
+
+    def _wrap_attend(self, attend, L):
+        def spy_attend(q, k, v, q_positions, k_positions, *args, **kwargs):
+            window_size = kwargs.get("window_size", args[1] if len(args) > 1 else None)
+            self.log(L, "attend", q_positions=torch.as_tensor(q_positions).flatten().tolist(),
+                     k_positions=torch.as_tensor(k_positions).flatten().tolist(), k=k, window_size=window_size)
+            return attend(q, k, v, q_positions, k_positions, *args, **kwargs)
+
+        return spy_attend
+
+    def _wrap_unmasked(self, attend, L):
+        def spy_attend_unmasked(q, k, v, *args, **kwargs):
+            self.log(L, "attend_unmasked", k=k)
+            return attend(q, k, v, *args, **kwargs)
+
+        return spy_attend_unmasked
+
+    def _norm_hook(self, L, name):
+        def hook(module, inputs, output):
+            self.log(L, name)
+            if name in ("attn_norm", "norm") and L not in self.hidden and inputs:
+                self.hidden[L] = inputs[0].detach()
+
+        return hook
+
+    @staticmethod
+    def oracle_hidden(model, ids) -> dict:
+        """The oracle's hidden state entering each layer, and entering the final norm: ``(B, T, dim)`` each."""
+        out: dict = {}
+        hooks = [layer.attn_norm.register_forward_hook(
+            lambda m, i, o, L=L: out.setdefault(L, i[0].detach())) for L, layer in enumerate(model.layers)]
+        hooks.append(model.norm.register_forward_hook(lambda m, i, o: out.setdefault("final", i[0].detach())))
+        try:
+            model(ids)
+        finally:
+            for h in hooks:
+                h.remove()
+        return out
+
+    # ------------------------------------------------------------------ reading
+    def kinds(self, L, kind: str) -> list:
+        return [info for k, info in self.events[L] if k == kind]
+
+    def order(self, L) -> list:
+        return [k for k, _ in self.events[L]]
+
+
+def _expected(spy: Spy) -> list:
+    return list(range(spy.start, spy.start + spy.c))
+
+
+def _qkv_positions(spy: Spy, L) -> list:
+    return [p for info in spy.kinds(L, "qkv") for p in info["positions"]]
+
+
+def diagnose(spy: Spy, model) -> str | None:
+    """The most specific true finding about the current call, as a hint (None if nothing fits)."""
+    cfg = model.config
+    layers = range(len(model.layers))
+    exp = _expected(spy)
+    # 1. cache.positions read before update (and not after): stale positions for the mask
+    for L in layers:
+        order = spy.order(L)
+        if "positions" in order and "update" in order:
+            first_update = order.index("update")
+            if order.index("positions") < first_update and "positions" not in order[first_update + 1:]:
+                return ("you read cache.positions before cache.update: at that moment it still describes the keys of "
+                        "the previous call (and is empty on the first). Call k, v = cache.update(k, v) first, then "
+                        "pass cache.positions, which now matches the k that update returned, as k_positions.")
+    # 2. fewer keys given to update than new tokens: the chunk was cut
+    for L in layers:
+        given = sum(info["tokens"] for info in spy.kinds(L, "update"))
+        if spy.kinds(L, "update") and given < spy.c:
+            return (f"layer {L} passed {given} of the {spy.c} new keys to cache.update: the chunk was cut (to the "
+                    f"window, k[:, :, -W:]?) before caching. Pass all c new keys and values: the cache keeps what the "
+                    "window needs and counts every token as seen, and the chunk's first queries need keys the last "
+                    "W drop.")
+    if not any(spy.kinds(L, "update") for L in layers) and any(spy.kinds(L, "qkv") for L in layers):
+        return ("the caches were never updated: each call then sees only its own tokens, from position 0. In every "
+                "layer, k, v = cache.update(k, v) and attend over what it returns; the new tokens' positions start "
+                "at caches[0].seen (no RoPE offset otherwise).")
+    # 3. RoPE positions given to qkv
+    got = {L: _qkv_positions(spy, L) for L in layers}
+    if got[0] == exp and any(got[L] != exp for L in layers if got[L]):
+        bad = next(L for L in layers if got[L] and got[L] != exp)
+        return (f"positions are recomputed inside the layer loop: layer 0 used {exp}, layer {bad} used {got[bad]}. "
+                "After layer 0's update, caches[0].seen has already moved on; compute the positions once, before the "
+                "loop, from caches[0].seen (every layer's new tokens sit at the same positions).")
+    if all(got[L] == got[0] for L in layers) and got[0] and got[0] != exp:
+        g = got[0]
+        stored = min(spy.start, cfg.window_size)
+        if spy.start > 0 and g == list(range(0, spy.c)):
+            return (f"no RoPE offset: the new tokens were rotated at positions {g}, as if each call started the "
+                    f"sequence; they sit at {exp}. Start at caches[0].seen, read before the update.")
+        if g == list(range(stored, stored + spy.c)):
+            return (f"RoPE positions from len(cache): {g} instead of {exp}. Once the window is full len(cache) stops at "
+                    "W while positions keep growing; use caches[0].seen (tokens seen), read before the update.")
+        return f"the positions given to attn.qkv were {g}; the new tokens sit at {exp} (caches[0].seen onwards)."
+    # 4. what attend was given
+    for L in layers:
+        ups, attends = spy.kinds(L, "update"), spy.kinds(L, "attend")
+        for i, info in enumerate(attends):
+            up = ups[i] if len(ups) == len(attends) else (ups[-1] if ups else None)
+            if info["window_size"] is not None and info["window_size"] != cfg.window_size:
+                wider = "your queries attend to keys outside the window. " if info["window_size"] > cfg.window_size else ""
+                return (f"{wider}Layer {L} called attend with window_size={info['window_size']}: the model's window "
+                        f"is {cfg.window_size}; leave window_size out and attend masks with the model's own.")
+            if info["q_positions"] != exp and sorted(set(info["q_positions"]) - set(exp)) and \
+                    len(info["q_positions"]) == spy.c:
+                return (f"layer {L} gave attend q_positions {info['q_positions']}; the new queries sit at {exp}: pass "
+                        "the same positions you gave attn.qkv.")
+            k = info["k"]
+            if k.shape[1] != cfg.n_kv_heads and k.shape[1] == cfg.n_heads and up:
+                g = cfg.n_heads // cfg.n_kv_heads
+                ck = up["k"]
+                if ck.shape[1] == cfg.n_kv_heads and not torch.equal(k, ck.repeat_interleave(g, dim=1)):
+                    return (f"KV heads tiled wrongly: layer {L} expanded its {cfg.n_kv_heads} key/value heads to "
+                            f"{cfg.n_heads} in another order than grouped-query attention's. Key/value head h serves "
+                            f"query heads h*{g} .. h*{g}+{g - 1} (repeat_interleave(g, dim=1), as Hugging Face's "
+                            "repeat_kv; .repeat tiles them h, h + n_kv, ...). Simplest: pass the cache's keys as they "
+                            "are; attend does the grouping.")
+            if up and info["k_positions"] != up["positions"] and len(info["k_positions"]) == k.shape[2]:
+                return (f"layer {L} gave attend k_positions {info['k_positions']}, but the keys update returned sit at "
+                        f"{up['positions']}: pass cache.positions, read after the update.")
+    # 5. norms
+    for L in layers:
+        n_attn, n_mlp = spy.order(L).count("attn_norm"), spy.order(L).count("mlp_norm")
+        n_qkv, n_ff = len(spy.kinds(L, "qkv")), spy.order(L).count("mlp")
+        if n_mlp == 0 and n_attn >= n_qkv + n_ff and n_ff:
+            return (f"one norm shared by attention and MLP: layer {L} ran attn_norm {n_attn} times and mlp_norm never. "
+                    "Each sub-layer has its own RMSNorm with its own weight: x + mlp(layer.mlp_norm(x)).")
+        if n_mlp == 0 and n_ff:
+            return (f"layer {L}'s MLP did not read layer.mlp_norm(x): a norm without its weight (or none) was used. "
+                    "Pre-norm blocks: x = x + layer.mlp(layer.mlp_norm(x)).")
+        if n_attn == 0 and n_qkv:
+            return (f"layer {L}'s attention did not read layer.attn_norm(x): q, k, v = "
+                    "layer.attn.qkv(layer.attn_norm(x), positions).")
+    if not spy.order("final").count("norm"):
+        return "model.norm was not applied: the logits are model.lm_head(model.norm(x))."
+    return None
+
+
+def first_difference(spy: Spy, oracle: dict) -> str:
+    """Which layer's input first differs from the oracle's in this call (what differs, when no bug is named)."""
+    s, tol = spy.start, 1e-4
+    for L in [*sorted(k for k in spy.hidden if k != "final"), "final"]:
+        mine = spy.hidden.get(L)
+        if mine is None:
+            continue
+        n = mine.shape[1]
+        ref = oracle[L][:, s : s + n]
+        if mine.shape != ref.shape or not torch.allclose(mine.float(), ref.float(), atol=tol, rtol=1e-3):
+            where = "model.norm (after the last layer)" if L == "final" else f"layer {L} (the input of its attn_norm)"
+            before = "the embedding" if L == 0 else ("the last layer" if L == "final" else f"layer {L - 1}")
+            diff = "shapes differ" if mine.shape != ref.shape else \
+                f"max abs difference {float((mine.float() - ref.float()).abs().max()):.3g}"
+            return (f"the hidden state entering {where} already differs from model.forward's ({diff}), while every "
+                    f"earlier one matched: look at {before}: its attention (positions, cache.update, attend) or its "
+                    "MLP and norms.")
+    return ("the hidden states entering each layer match model.forward's; the difference comes from the end: "
+            "logits = model.lm_head(model.norm(x)).")
