@@ -289,11 +289,11 @@ class Block(nn.Module):
             y = self.attn.attend(q, k, v, positions, positions, num_sinks, W)
         else:
             k, v = cache.update(k, v)  # keys cached after RoPE
-            if needs_no_mask(cache, x.shape[1], W, num_sinks):
-                y = self.attn.attend_unmasked(q, k, v)
-            elif getattr(cache, "wants_attention", False):  # H2O, TOVA: they evict by these probabilities
+            if getattr(cache, "wants_attention", False):  # H2O, TOVA: they evict by these probabilities
                 y, weights = self.attn.attend_with_weights(q, k, v, positions, cache.positions, num_sinks, W)
                 cache.observe(weights)
+            elif needs_no_mask(cache, x.shape[1], W, num_sinks):
+                y = self.attn.attend_unmasked(q, k, v)
             else:
                 y = self.attn.attend(q, k, v, positions, cache.positions, num_sinks, W)
         x = x + y
