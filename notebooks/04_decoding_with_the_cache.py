@@ -104,7 +104,9 @@ print(f"tokenizer: {tok}, e.g. {tok.encode('def f')}")
 #    over; `cache.positions` says which absolute position each returned key has.
 # 4. **Attend**: repeat each key/value head for its 2 query heads (GQA), build the mask with
 #    `window_mask(q_positions, cache.positions, W)` and run `scaled_dot_product_attention`; project
-#    back and add to `x` (residual).
+#    back and add to `x` (residual). (One shortcut: for a single new token over a ring or naive
+#    cache every returned key is inside its window, the mask would be all True, and the library
+#    skips it, `needs_no_mask` in `model.py`; its tests hold both paths to the oracle.)
 # 5. **MLP**: normalise again, SwiGLU, add to `x`.
 #
 # After the last block: a final RMSNorm and the output head give logits over the 98 characters.
