@@ -36,7 +36,7 @@ import nbformat
 from swkv_teach.grading import EXERCISES
 from swkv_teach.grading.exercises import BEGIN, HEADER_TAG
 
-__all__ = ["CODE_STUB", "export_nbgrader", "nbgrader_notebook"]
+__all__ = ["CODE_STUB", "checked_exercises", "export_nbgrader", "nbgrader_notebook", "released_exercises"]
 
 SCHEMA_VERSION = 3  # nbgrader's cell metadata schema since 0.6
 CODE_STUB = '# YOUR CODE HERE\nraise NotImplementedError("replace these two lines with your code")'
@@ -99,9 +99,16 @@ def nbgrader_notebook(solution, where: str = "notebook"):
     return nb
 
 
-def _graded(nb) -> bool:
-    return any(str((c.metadata.get("swkv") or {}).get("exercise", "")) in EXERCISES
-               and (c.metadata.get("swkv") or {}).get("role") == "check" for c in nb.cells)
+def checked_exercises(nb) -> list[str]:
+    """Ids of the registry's exercises that have a check cell in notebook ``nb`` (from its ``swkv`` metadata)."""
+    found = {str((c.metadata.get("swkv") or {}).get("exercise", "")) for c in nb.cells
+             if (c.metadata.get("swkv") or {}).get("role") == "check"}
+    return sorted(found & set(EXERCISES))
+
+
+def released_exercises(solutions: Path) -> list[str]:
+    """Ids of the exercises whose solution notebooks ship in ``solutions/`` (what a class is given)."""
+    return sorted({i for p in solutions.glob("*.ipynb") for i in checked_exercises(nbformat.read(p, as_version=4))})
 
 
 def export_nbgrader(out: Path, solutions: Path, assignment: str = "swkv", timeout: int = 120) -> list[Path]:
@@ -114,7 +121,7 @@ def export_nbgrader(out: Path, solutions: Path, assignment: str = "swkv", timeou
     planned = {}
     for path in sources:
         nb = nbformat.read(path, as_version=4)
-        if _graded(nb):
+        if checked_exercises(nb):
             planned[path.name] = nbgrader_notebook(nb, where=str(path))
     if not planned:
         raise ValueError(f"no notebook in {solutions}/ has a check cell of an exercise in EXERCISES")
