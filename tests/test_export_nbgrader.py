@@ -114,7 +114,7 @@ def gradebook(tmp_path_factory):
     """{student: {notebook: {exercise id: points}}} and {student: total} after nbgrader autograde."""
     exe = nbgrader_or_skip()
     course = tmp_path_factory.mktemp("course")
-    main([str(course), "--assignment", "swkv", "--timeout", "60"])
+    assert main([str(course), "--assignment", "swkv", "--timeout", "60", "--solutions", str(SOLUTIONS)]) == 0
     env = dict(os.environ, PATH=f"{exe.parent}{os.pathsep}{os.environ['PATH']}")  # nbgrader calls `alembic`
 
     def nbgrader(*args):
