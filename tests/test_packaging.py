@@ -48,6 +48,8 @@ def test_the_core_dependencies_of_the_design_are_declared():
     assert "jupyterlab" in requirement_names(extras["lab"])
     assert {"pytest", "hypothesis", "nbval", "jupytext"} <= requirement_names(extras["test"])
     assert "transformers" in requirement_names(extras["hf"])
+    assert "nbgrader" in requirement_names(extras["nbgrader"]), "the nbgrader export is tested with the real one"
+    assert "nbgrader" in (ROOT / ".ci" / "run").read_text(), "CI must install the nbgrader extra"
 
 
 def test_readme_shows_the_two_commands_and_ci_calls_make_test():
@@ -77,7 +79,7 @@ def test_console_script_and_subcommands_resolve():
 
 def test_gitignore_keeps_junk_out():
     ignored = (ROOT / ".gitignore").read_text().split()
-    for pattern in (".venv/", "__pycache__/", ".ipynb_checkpoints/", ".pytest_cache/", ".hypothesis/"):
+    for pattern in (".venv/", ".venv-classic/", "__pycache__/", ".ipynb_checkpoints/", ".pytest_cache/", ".hypothesis/"):
         assert pattern in ignored
 
 
