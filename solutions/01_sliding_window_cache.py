@@ -46,6 +46,19 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 # 5. Return the cached keys and values.
 # 6. Check that the length never exceeds `window_size`, however long you run (the cell after the check).
 #
+# **What the check holds your cache to** (a cache in a real model meets all of these):
+#
+# * **Any token shape.** `batch`, `heads` and `head_dim` are whatever `k_new` says, 1 included: the check
+#   feeds `(2, 3, 1, 4)`, `(1, 1, 1, 2)`, `(3, 1, 1, 5)` and `(1, 4, 1, 3)` tokens. Do not assume
+#   `batch == heads`, and do not `squeeze()` (it drops a batch or head of size 1).
+# * **The tokens' dtype and device**, float16 and bfloat16 included: the returned `k` and `v` have `k_new`'s.
+# * **Windows 1 to 8, runs of `4 W + 3` tokens**, so `W - 1`, `W`, `W + 1` and long after are all crossed.
+# * **Keys and values that are all zeros** are ordinary tokens.
+# * **Several caches alive at once** (a model keeps one per layer): keep all state on `self`.
+# * **Bounded memory**: everything your object keeps (any attribute, list or dict) stays at most `W` tokens
+#   of keys and values, and stops growing once the window is full.
+# * The caller's `k_new` and `v_new` are never written to.
+#
 # <details><summary>Hint 1</summary>
 #
 # `torch.cat([self.k, k_new], dim=2)` appends one token: the layout is `(batch, heads, tokens, head_dim)`.
@@ -112,6 +125,6 @@ print("tokens held after steps 1..6:", sizes[:6], "| most ever held in 100 steps
 #
 # <details><summary>One good answer</summary>
 #
-# Each step allocates a new `(B, H, W, D)` tensor and copies `W` tokens into it: O(W) time and memory traffic per token per layer, plus an allocation. A ring buffer (exercise 03) preallocates `W` slots and writes token `p` into slot `p % W`, O(1) per token; attention does not care that the slots are out of chronological order, because softmax over keys is a sum and RoPE already baked each key's position in.
+# Each step allocates a new `(B, H, W + 1, D)` tensor, copies the `W` cached tokens and the new one into it, then slices the last `W` (a view of that `W + 1` tensor): O(W) time and memory traffic per token per layer, plus an allocation. A ring buffer (exercise 03) preallocates `W` slots and writes token `p` into slot `p % W`, O(1) per token; attention does not care that the slots are out of chronological order, because softmax over keys is a sum and RoPE already baked each key's position in.
 #
 # </details>

@@ -38,6 +38,9 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 # Return a `(seq_len, seq_len)` **bool** tensor with `mask[i, j] = True` exactly when `i - W < j <= i`.
 # For `W = 3`, query 5 sees keys 3, 4 and 5; key 2 is just out. Rows are queries, columns are keys.
 #
+# The check compares every `seq_len` from 1 to 9 and 16, 20, 23, 24 with windows from 1 to beyond `seq_len`
+# (`W >= seq_len` is plain causal attention): nothing fixed-size, and the band must slide with the query row.
+#
 # <details><summary>Hint 1</summary>
 #
 # Make a column of query indices and a row of key indices with `torch.arange`, then broadcast: `i = torch.arange(T)[:, None]`, `j = torch.arange(T)[None, :]`.

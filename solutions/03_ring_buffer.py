@@ -40,11 +40,20 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 # * `update(k_new, v_new)` writes the token into slot `p % W` (`p` = tokens seen before it) and returns the
 #   **filled** slots **in slot order**: before the buffer is full, only the first `p + 1` slots; once full, the
 #   buffer itself, the same memory every step (no `torch.cat`, no `.clone()`).
-# * `positions` (a property): a 1-D tensor with the absolute position of each key `update` returned, in that order.
-# * `ordered()`: a chronological copy `(k, v)` of what is stored, oldest first.
+# * `positions` (a property): a 1-D tensor of an **integer dtype** (`torch.long`, say) with the absolute
+#   position of each key `update` returned, in that order. Not floats (`window_mask` and the decoder's
+#   attention refuse them), not a Python list (the decoder calls `cache.positions.to(device)`).
+# * `ordered()`: a chronological **copy** `(k, v)` of what is stored, oldest first: new memory, not a view
+#   of your buffer (slicing or `permute` give views; `index_select` or `.clone()` copy), so the next update
+#   cannot change what the caller holds.
 #
 # Allocate the buffers on the first update, with that token's batch, heads, head_dim, **dtype and device**.
 # Worked example, `W = 3`: after 4 tokens the slots hold positions `[3, 1, 2]`.
+#
+# The check holds the ring to what a model needs: any token shape (batch ≠ heads, batch 1, one head; no
+# `squeeze()`), float32/float64/float16/bfloat16, windows 1 to 8 over runs of `4 W + 3` tokens, keys and values
+# that are all zeros (ordinary tokens: count what you wrote, never look for zero slots), several rings alive
+# at once (all state on `self`), and bounded memory: everything the object keeps stops growing once full.
 #
 # <details><summary>Hint 1</summary>
 #

@@ -39,27 +39,37 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 #
 # * after `update`, the cache holds positions `0 .. num_sinks - 1` (the sinks, forever) and the last
 #   `window_size` positions, nothing else, and `update` returns their keys and values;
-# * `positions` (a property): the absolute position of each key `update` returned, in the order returned.
+# * `positions` (a property): a 1-D tensor of an **integer dtype** (`torch.long`, say) with the absolute
+#   position of each key `update` returned, in the order returned (not floats, not a Python list: the
+#   decoder's mask and `cache.positions.to(device)` need an integer tensor).
 #
-# Any order is accepted, as long as `positions` says which key is which (a chronological `torch.cat` cache or
-# a ring with pinned slots both pass). Example, `num_sinks=2, window_size=3`, after 7 tokens:
-# positions `{0, 1, 4, 5, 6}`.
+# Any order is accepted, as long as `positions` says which key is which (a chronological `torch.cat` cache,
+# newest first, a ring with pinned slots, or separate sink and window tensors all pass). Example,
+# `num_sinks=2, window_size=3`, after 7 tokens: positions `{0, 1, 4, 5, 6}`.
+#
+# The check holds the cache to what a model needs: any token shape (batch ≠ heads, batch 1, one head; no
+# `squeeze()`), the tokens' dtype and device (float16 and bfloat16 too), runs of `4 (num_sinks + window_size) + 3`
+# tokens, keys and values that are all zeros (ordinary tokens), several caches alive at once (all state on
+# `self`), and bounded memory: everything the object keeps stops growing once full.
 #
 # <details><summary>Hint 1</summary>
 #
-# Keep a Python list of the stored positions next to the tensors. After appending the new token, a stored position `p` survives if `p < num_sinks` or `p >= seen - window_size`.
+# Work an example by hand first: with `num_sinks=2, window_size=3`, which positions does the cache hold after
+# 5, 6 and 7 tokens? Which position leaves at each step, and which never do?
 #
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Build an index tensor of the survivors and `index_select(2, idx)` keys and values with it (put the index on the tensors' device).
+# A tensor does not know which position each of its tokens came from: keep that record yourself, next to the
+# keys and values, and prune it exactly as you prune them.
 #
 # </details>
 #
 # <details><summary>Hint 3</summary>
 #
-# `positions` can simply be `torch.tensor(self.pos)`.
+# To keep a subset of tokens along dim 2, `index_select(2, idx)` with a long tensor `idx` on the keys' device;
+# or preallocate `num_sinks + window_size` slots and write each token in place (sinks first, a ring behind).
 #
 # </details>
 

@@ -34,21 +34,32 @@ from swkv_teach.model import Decoder, DecoderConfig
 # %% [markdown]
 # ## Exercise 06: `decode_step(model, input_ids, caches)`
 #
-# **Difficulty:** ★★★ (3/3) · **Time:** about 30 min · **Points:** 3
+# **Difficulty:** ★★☆ (2/3) · **Time:** about 25 min · **Points:** 3
 #
 # `input_ids` is `(B, c)`: the `c` new tokens. `caches` holds one cache per layer (`model.new_caches()`).
-# Return the logits `(B, c, vocab)` of the new tokens, using only the model's parts:
+# Return the logits `(B, c, vocab)` of the new tokens, using only the model's parts. What each part takes and
+# returns (`dim`, `n_heads`, `n_kv_heads`, `head_dim` and `vocab_size` are in `model.config`):
 #
-# * `model.embed`, then for each `layer, cache` in `zip(model.layers, caches)`:
-#   `layer.attn.qkv(layer.attn_norm(x), positions)` (projects and applies RoPE), `cache.update(k, v)`,
-#   `layer.attn.attend(q, k, v, q_positions, k_positions)` (GQA, the window mask and `o_proj`: it returns
-#   `(B, c, dim)`, ready to add to the residual), the residual,
-#   `layer.mlp_norm`, `layer.mlp`, the residual;
-# * then `model.norm` and `model.lm_head`.
+# | call | returns |
+# |---|---|
+# | `model.embed(input_ids)` | `x`, `(B, c, dim)` |
+# | `layer.attn_norm(x)`, `layer.mlp_norm(x)`, `model.norm(x)` | `(B, c, dim)`, each with its own weight |
+# | `layer.attn.qkv(h, positions)`, `positions` a 1-D **integer** tensor of the `c` absolute positions | `q` `(B, n_heads, c, head_dim)`, `k` and `v` `(B, n_kv_heads, c, head_dim)`, RoPE applied at `positions` |
+# | `cache.seen` | tokens this cache has been given so far (an `int`) |
+# | `cache.update(k, v)` | `(k, v)` to attend over, each `(B, n_kv_heads, n, head_dim)`, `n` at most `W - 1 + c` |
+# | `cache.positions`, read **after** `update` | `(n,)` long: the absolute position of each key `update` just returned, in its order |
+# | `layer.attn.attend(q, k, v, q_positions, k_positions)` | `(B, c, dim)`: grouped-query attention with the window mask and `o_proj`, ready to add to the residual |
+# | `layer.mlp(h)` | `(B, c, dim)` |
+# | `model.lm_head(h)` | logits `(B, c, vocab_size)` |
+#
+# Each layer is pre-norm: `x + attention(attn_norm(x))`, then `x + mlp(mlp_norm(x))`; then `model.norm` and
+# `model.lm_head`.
 #
 # Not allowed: `model.step`, `model.score`, `model.generate` (the library's own answers). The check compares
-# your logits with `model.forward` on the whole sequence, one token at a time and with a prompt chunk.
-# Decoding is inference: the check (and the demo below) run it under `torch.no_grad()`.
+# your logits with `model.forward` on the whole sequence, one token at a time (window 3, 14 tokens) and with
+# prompt chunks longer than the window (window 5). Its tiny decoder has random, non-unit norm weights and
+# sharp attention, so a norm swapped or a position off by one shows. Decoding is inference: the check (and the
+# demo below) run it under `torch.no_grad()`; `@torch.inference_mode()` on your function is fine too.
 #
 # <details><summary>Hint 1</summary>
 #
