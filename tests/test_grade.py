@@ -168,3 +168,17 @@ def test_changes_compares_code_outside_the_answer_regions():
     del no_imports.cells[3]  # import torch, the check function ...
     found = changes(no_imports, release)
     assert len(found) == 1 and "released code cell" in found[0] and "was changed or deleted" in found[0]
+
+
+def test_a_kernel_spinning_past_its_cpu_time_is_stopped_and_the_row_says_so(tmp_path):
+    """The wall-clock timeout is set far above the CPU cap, so only the CPU cap can end this loop."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("while True:\n    pass"),
+                nbformat.v4.new_code_cell("check_sliding_window_mask(sliding_window_mask)")]
+    nbformat.write(nb, tmp_path / "spin.ipynb")
+    out = tmp_path / "out"
+    assert main([str(tmp_path / "spin.ipynb"), "--out", str(out), "--timeout", "300", "--cpu", "6"]) == 0
+    row = next(csv.DictReader((out / "gradebook.csv").open()))
+    assert row["status"] == "cpu limit", row
+    assert "6 s of CPU time" in row["reason"] and "cell 1 of 2" in row["reason"], row
+    assert row["total"] == "0"
