@@ -1,0 +1,458 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+# ---
+
+# %% [markdown]
+# # Lesson 8 — Serving-scale memory: paged blocks and 8-bit keys
+#
+# **Time:** about 40 minutes. **You need:** lessons 3 (the ring buffer) and 4 (the decoder); lesson 0's
+# memory arithmetic helps.
+#
+# **By the end you will be able to**
+#
+# * draw a block table: which pool blocks each sequence holds, and when a sliding window hands one back;
+# * bound what a sequence holds, `ceil((W - 1) / block_size) + 1` blocks, and say what the block size trades;
+# * explain how a pool far smaller than the tokens it serves keeps many sequences decoding;
+# * size an int8 cache (data plus scales) against float32 and float16, and measure what it costs in quality
+#   on a trained model;
+# * put hybrid local/global stacks (Gemma 2, Gemma 3) into the same arithmetic.
+#
+# A ring buffer per sequence (lesson 3) is perfect for one sequence. A server decodes hundreds at once, of
+# lengths it cannot know in advance, and its memory is one big budget. Two ideas from serving engines make
+# that budget go further:
+#
+# 1. **Paging** (vLLM's PagedAttention, Kwon et al., SOSP 2023, section 4): cut every sequence's cache into
+#    blocks of `block_size` tokens taken from one shared pool; a *block table* per sequence says which pool
+#    block holds its logical block `p // block_size`. Nothing is reserved for tokens not yet produced. With a
+#    sliding window a sequence also *returns* a block as soon as all of its tokens have left the window.
+# 2. **Quantisation**: store keys and values in 8 bits, with one scale per token and head, and dequantise
+#    when attention reads them.
+#
+# The library has both: `swkv_teach.BlockPool` and `PagedKVCache` (`swkv_teach/caches/paged.py`), and
+# `Int8RingBufferKVCache` (`swkv_teach/caches/int8.py`). Both return exactly what the ring returns (the int8
+# cache within half a quantisation step), so the decoder drives them unchanged.
+
+# %%
+# %matplotlib inline
+import math
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from matplotlib.patches import Patch
+
+import swkv_teach
+from swkv_teach import BlockPool, Int8RingBufferKVCache, PagedKVCache, RingBufferKVCache
+from swkv_teach.train import HELDOUT_FILES, read_stdlib
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+plt.rcParams.update({"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 10})
+DPI = 110
+COLORS = {"A": "#4C72B0", "B": "#DD8452", "C": "#55A868", "D": "#C44E52"}
+
+# %% [markdown]
+# ## 1. The block table, step by step
+#
+# Three sequences share a pool of 9 blocks of 4 tokens; the window is `W = 6`. They decode one token each
+# per step, round robin, and have different lengths: **A** stops after 9 tokens, **B** after 15, **C** after
+# 22. When a sequence finishes, `reset()` returns its blocks; when A does, a fourth sequence **D** (10 tokens)
+# starts on them. Every state
+# below is read from the real caches (`cache.block_table`, `pool.holdings()`), with each token's key set to
+# its position so we can see which tokens sit where.
+
+# %%
+W, BS = 6, 4
+pool = BlockPool(num_blocks=9, block_size=BS)
+print(f"a sequence holds at most ceil((W - 1) / block_size) + 1 = {PagedKVCache.max_blocks(W, BS)} blocks; "
+      f"three of them need {3 * PagedKVCache.max_blocks(W, BS)}")
+
+lengths = {"A": 9, "B": 15, "C": 22, "D": 10}
+caches = {name: PagedKVCache(pool, W) for name in "ABC"}
+done = set()
+history = []  # one snapshot per step: {pool block: (sequence, first token, last token)}
+
+
+def token(p):
+    """A one-token key/value whose numbers are its position."""
+    return torch.full((1, 1, 1, 1), float(p)), torch.full((1, 1, 1, 1), float(p))
+
+
+def snapshot():
+    held = {}
+    for name, c in caches.items():
+        if name in done or not c.seen:
+            continue
+        first_logical = c.stored_positions()[0].item() // BS
+        for i, block in enumerate(c.block_table):
+            lo = (first_logical + i) * BS
+            held[block] = (name, lo, min(lo + BS, c.seen) - 1)
+    return held
+
+
+step = 0
+while any(name not in done for name in caches):
+    step += 1
+    for name in list(caches):
+        c = caches[name]
+        if name in done:
+            continue
+        c.update(*token(c.seen))
+        if c.seen == lengths[name]:  # the sequence is finished: all its blocks go back to the pool
+            print(f"step {step:>2}: {name} is done; reset() returns its blocks {c.block_table}")
+            c.reset()
+            done.add(name)
+            if name == "A":
+                caches["D"] = PagedKVCache(pool, W)  # D starts on the blocks A returned
+    history.append(snapshot())
+    if step in (3, 6, 10, 14):
+        tables = ", ".join(f"{n}: {caches[n].block_table}" for n in caches if n not in done)
+        print(f"step {step:>2}: {tables}   free {pool.free_blocks}")
+print(f"after the last step: {pool.free_blocks} of {pool.num_blocks} blocks free")
+
+# %% [markdown]
+# Each row of the figure is the pool after one step; each cell is a pool block, coloured by the sequence
+# holding it and labelled with the tokens of the logical block it holds. Follow a colour down: a sequence
+# writes into its newest block, takes a new block when a token opens one, and hands its oldest block back
+# the step that block's last token leaves the window. The blocks returned are reused by whoever needs one
+# next (the pool hands out the block free the longest, as vLLM's free-block queue does:
+# `FreeKVCacheBlockQueue`, `vllm/v1/core/kv_cache_utils.py`).
+
+# %%
+fig, ax = plt.subplots(figsize=(8.4, 6.2), dpi=DPI)
+for row, held in enumerate(history):
+    for block in range(pool.num_blocks):
+        if block in held:
+            name, lo, hi = held[block]
+            ax.add_patch(plt.Rectangle((block, row), 0.94, 0.9, color=COLORS[name], alpha=0.85))
+            ax.text(block + 0.47, row + 0.45, f"{name} {lo}–{hi}", ha="center", va="center", fontsize=10,
+                    color="white")
+        else:
+            ax.add_patch(plt.Rectangle((block, row), 0.94, 0.9, facecolor="white", edgecolor="0.8"))
+ax.set(xlim=(0, pool.num_blocks), ylim=(len(history), 0), xlabel="pool block", ylabel="step",
+       title=f"Pool of {pool.num_blocks} blocks x {BS} tokens, window {W}: who holds what after each step")
+ax.set_xticks([b + 0.47 for b in range(pool.num_blocks)], range(pool.num_blocks))
+ax.set_yticks([r + 0.45 for r in range(0, len(history), 2)], range(1, len(history) + 1, 2))
+ax.legend(handles=[Patch(color=c, label=n) for n, c in COLORS.items()], loc="upper left",
+          bbox_to_anchor=(1.01, 1.0), title="sequence")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Beside the ring: for one sequence the ring stores the same tokens in `W` slots `p % W`, while the paged
+# cache stores them in whole blocks, oldest first. The stored keys are identical:
+
+# %%
+ring, paged = RingBufferKVCache(W), PagedKVCache(BlockPool(3, BS), W)
+for p in range(11):
+    ring.update(*token(p))
+    paged.update(*token(p))
+print("ring  slots hold positions  ", ring.positions.tolist(), " (slot order)")
+print("paged block table", paged.block_table, "holds", paged.stored_positions().tolist(), "(oldest first)")
+print("same keys:", torch.equal(ring.ordered()[0], paged.ordered()[0]))
+
+# %% [markdown]
+# ## 2. Fragmentation: what the block size trades
+#
+# The last `W` tokens of a sequence straddle at most `ceil((W - 1) / block_size) + 1` blocks: the first may
+# still hold tokens that left the window, the last may be partly unwritten. So a sequence holds up to
+# `block_size * (ceil((W - 1) / block_size) + 1)` token slots for `W` tokens. Without a window only the last
+# block wastes room, which is the paper's point (section 4.3: the waste of a sequence stays within one
+# block). Small blocks waste little but make long block tables (more entries to look up, shorter
+# contiguous reads); big blocks do the reverse. vLLM's default is 16; the paper's ablation (section 7.2)
+# finds 16 to 128 fine on its workloads.
+#
+# The worst case, and the average measured on a real `PagedKVCache` over 500 tokens, for the checkpoint's
+# window (64) and Mistral 7B's (4096):
+
+# %%
+def worst_slots(w, bs):
+    return bs * PagedKVCache.max_blocks(w, bs)
+
+
+def measured_slots(w, bs, steps=500):
+    cache, held = PagedKVCache(BlockPool(PagedKVCache.max_blocks(w, bs), bs), w), []
+    for p in range(steps):
+        cache.update(*token(p))
+        if p >= w:
+            held.append(len(cache.block_table) * bs)
+    return sum(held) / len(held)
+
+
+sizes = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+print(f"{'block size':>10} | {'W = 64: worst':>13} {'mean':>6} {'table':>6} | {'W = 4096: worst':>15} {'table':>6}")
+rows = []
+for bs in sizes:
+    w64, m64, w4k = worst_slots(64, bs), measured_slots(64, bs), worst_slots(4096, bs)
+    rows.append((bs, w64, m64, w4k))
+    print(f"{bs:>10} | {w64:>8} ({w64 / 64 - 1:>4.0%}) {m64:>6.1f} {PagedKVCache.max_blocks(64, bs):>6} | "
+          f"{w4k:>8} ({w4k / 4096 - 1:>5.1%}) {PagedKVCache.max_blocks(4096, bs):>6}")
+
+# %%
+fig, ax = plt.subplots(figsize=(6.8, 3.6), dpi=DPI)
+ax.plot(sizes, [r[1] / 64 for r in rows], "o-", label="W = 64, worst case")
+ax.plot(sizes, [r[2] / 64 for r in rows], "s--", label="W = 64, mean over 500 tokens (measured)")
+ax.plot(sizes, [r[3] / 4096 for r in rows], "^-", label="W = 4096, worst case")
+ax.set_xscale("log", base=2)
+ax.set_yscale("log", base=2)
+ax.set(xlabel="block size (tokens)", ylabel="token slots held / W",
+       title="Slots a paged window holds, against the block size")
+ax.grid(alpha=0.3)
+ax.legend()
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# At `block_size = 16` a 4096-token window holds at most 4112 slots, 0.4 % more than a ring; even at 256 it
+# is 6 %. For the checkpoint's tiny window a block of 64 doubles the memory: block size should be small
+# next to the window. The measured mean sits just under the worst case: when the block size divides `W`, the
+# window lines up with the blocks only one step in `block_size` and straddles the extra block the rest of the
+# time (blocks larger than the window are the exception: one or two of them, depending on alignment).
+#
+# ## 3. A small pool serving far more tokens than it holds
+#
+# Now the real decoder, serving a queue of five requests with room for three at a time (what engines call
+# continuous batching). Each request is a prompt of its own length from the held-out files and a number of
+# tokens to generate greedily; the running ones decode one token each per step, interleaved, and when one
+# finishes, `reset()` returns its blocks and the next request starts on them. Each of the 3 layers has its
+# own pool (vLLM keeps one KV tensor per layer too), sized for exactly three windows of 64 tokens in blocks
+# of 16: 5 blocks a sequence, 15 a layer, 240 token slots.
+
+# %%
+model, tok = swkv_teach.load_pretrained()
+heldout, files = read_stdlib(HELDOUT_FILES)
+start = heldout.find("def glob(")
+requests = [(heldout[start + 7 * r : start + 7 * r + n], gen) for r, (n, gen) in
+            enumerate([(20, 150), (45, 250), (90, 120), (30, 200), (60, 160)])]
+L, Wm, BSm = len(model.layers), model.config.window_size, 16
+pools = [BlockPool(3 * PagedKVCache.max_blocks(Wm, BSm), BSm) for _ in range(L)]
+lanes = [[PagedKVCache(pools[layer], Wm) for layer in range(L)] for _ in range(3)]  # 3 running at most
+running = {}  # lane -> [request number, prompt ids, tokens to go, logits, generated]
+queue, finished, held, fed = list(range(len(requests))), {}, [], [0]
+while queue or running:
+    for lane in range(3):
+        if lane not in running and queue:  # a free lane: the next request starts, its prompt as one chunk
+            r = queue.pop(0)
+            ids = torch.tensor([tok.encode(requests[r][0])])
+            running[lane] = [r, ids, requests[r][1], model.step(ids, lanes[lane])[:, -1], []]
+            fed[-1] += ids.shape[1]
+    for lane, job in list(running.items()):
+        nxt = job[3].argmax(-1, keepdim=True)  # greedy
+        job[4].append(nxt.item())
+        job[2] -= 1
+        if job[2] == 0:  # done: every layer's blocks go back to its pool
+            finished[job[0]] = (job[1], job[4])
+            for cache in lanes[lane]:
+                cache.reset()
+            del running[lane]
+        else:
+            job[3] = model.step(nxt, lanes[lane])[:, -1]
+            fed[-1] += 1
+    assert all(c[0].block_table == c[layer].block_table for c in lanes for layer in range(L))
+    held.append({lane: (job[0], len(lanes[lane][0].block_table) * BSm) for lane, job in running.items()})
+    fed.append(fed[-1])
+
+same = [out == model.generate(ids, len(out), cache="ring")[0, ids.shape[1]:].tolist()
+        for ids, out in (finished[r] for r in range(len(requests)))]
+print(f"pool per layer: {pools[0].num_blocks} blocks = {pools[0].num_blocks * BSm} token slots; "
+      f"free after the queue: {[p.free_blocks for p in pools]}")
+print(f"tokens through each layer: {fed[-1]} ({fed[-1] / (pools[0].num_blocks * BSm):.1f}x the pool), "
+      f"in {len(held)} steps")
+print("greedy text identical to the ring's, request by request:", same)
+print("block tables identical across layers at every step: True (asserted)")
+
+# %%
+fig, ax = plt.subplots(figsize=(7.4, 4.4), dpi=DPI)
+steps_ = torch.arange(1, len(held) + 1)
+palette = plt.get_cmap("tab10").colors
+base = torch.zeros(len(held))
+for lane in range(3):  # one band per lane, coloured by the request running in it
+    slots = torch.tensor([float(h[lane][1]) if lane in h else 0.0 for h in held])
+    who = [h[lane][0] if lane in h else -1 for h in held]
+    for r in range(len(requests)):
+        mask = torch.tensor([w == r for w in who])
+        if mask.any():
+            ax.fill_between(steps_, base, base + slots, where=mask, color=palette[r], alpha=0.85, lw=0,
+                            label=f"request {r + 1}", step="mid")
+    base += slots
+ax.axhline(pools[0].num_blocks * BSm, color="0.2", lw=1.2)
+ax.text(8, pools[0].num_blocks * BSm + 8, "pool capacity (one layer)", fontsize=10)
+ax.set(xlabel="decode step", ylabel="token slots held (one layer)", ylim=(0, 300),
+       title="Five requests, three at a time, through a pool that holds three windows")
+ax2 = ax.twinx()
+ax2.plot(steps_, fed[1:], "k--", label="tokens fed so far (right axis)")
+ax2.set_ylabel("tokens fed so far")
+ax2.set_ylim(0, 1.05 * fed[-1])
+h1, l1 = ax.get_legend_handles_labels()
+h2, l2 = ax2.get_legend_handles_labels()
+order = sorted(range(len(l1)), key=l1.__getitem__)
+ax.legend([h1[i] for i in order] + h2, [l1[i] for i in order] + l2, loc="upper center",
+          bbox_to_anchor=(0.5, -0.16), ncol=3)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Each request's share saturates at 64 to 80 slots (4 or 5 blocks) however long it runs; when it finishes
+# its blocks go back, and the next request grows into them. Two things to notice in the numbers above. The block tables
+# are the same in every layer, because every layer takes and returns blocks in the same order: that is why
+# vLLM keeps a single block table per sequence for all layers. And the greedy text is token for token the
+# ring's: paging changes where the keys live, not what attention computes.
+#
+# Real engines free slightly earlier than we do: vLLM's `SlidingWindowManager.remove_skipped_blocks`
+# (`vllm/v1/core/single_type_kv_cache_manager.py`) frees, before each step, the blocks wholly before
+# `num_computed_tokens - sliding_window + 1`, the next query's `W - 1` predecessors, and puts a null block in
+# their place in the table. Ours keeps the last `W` so that its stored tokens match the ring's.
+#
+# ## 4. The int8 cache: memory against the window
+#
+# `Int8RingBufferKVCache` stores keys and values as int8 with one float32 scale per token and head
+# (`scale = max |x| / 127`, `q = round(x / scale)`), so each element comes back within `max |x| / 254`.
+# Per token and head that is `head_dim + 4` bytes against `4 * head_dim` (float32) or `2 * head_dim`
+# (float16), for keys and again for values. Measured `nbytes` of one layer's cache with the checkpoint's
+# shape (2 KV heads, `head_dim` 24):
+
+# %%
+H, D = model.config.n_kv_heads, model.config.head_dim
+windows = [16, 64, 256, 1024, 4096]
+mem = {"float32 ring": [], "float16 ring": [], "int8 + scales": []}
+for w in windows:
+    for label, cache, dtype in (("float32 ring", RingBufferKVCache(w), torch.float32),
+                                ("float16 ring", RingBufferKVCache(w), torch.float16),
+                                ("int8 + scales", Int8RingBufferKVCache(w), torch.float32)):
+        k = torch.randn(1, H, w, D).to(dtype)
+        cache.update(k, k)
+        mem[label].append(cache.nbytes)
+print(f"{'window':>7} " + " ".join(f"{k:>14}" for k in mem))
+for i, w in enumerate(windows):
+    print(f"{w:>7} " + " ".join(f"{mem[k][i]:>14,}" for k in mem))
+print(f"int8 / float32 = (D + 4) / (4 D) = {mem['int8 + scales'][0] / mem['float32 ring'][0]:.3f}; "
+      f"int8 / float16 = {mem['int8 + scales'][0] / mem['float16 ring'][0]:.3f}")
+print(f"at head_dim 128 (Mistral 7B): int8 / float16 = {(128 + 4) / (2 * 128):.3f}")
+
+# %%
+fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=DPI)
+for (label, ys), marker in zip(mem.items(), "os^"):
+    ax.plot(windows, ys, marker + "-", label=label)
+ax.set_xscale("log", base=2)
+ax.set_yscale("log", base=2)
+ax.set(xlabel="window W (tokens)", ylabel="bytes held (one layer, keys + values)",
+       title="Memory grows with W; int8 shifts the line down")
+ax.grid(alpha=0.3)
+ax.legend()
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 5. What int8 costs on the trained checkpoint
+#
+# Same model, same windows; only the cache changes. The held-out loss over 8 pieces of 256 characters of
+# files the model never saw, through the float32 ring and through the int8 cache (chunks of 64), then greedy
+# text from the same prompt. The exact numbers depend on your Python's standard library (the held-out files
+# differ between versions), so nbval does not compare them.
+
+# %%
+T, N = 256, 8
+data = torch.tensor(tok.encode(heldout[: N * T + 1]))
+x, y = data[:-1].view(N, T), data[1:].view(N, T)
+loss = {kind: F.cross_entropy(model.score(x, cache=kind, chunk_size=64).flatten(0, 1), y.flatten()).item()
+        for kind in ("ring", "int8")}
+lf, li = model.score(x, cache="ring", chunk_size=64), model.score(x, cache="int8", chunk_size=64)
+agree = (lf.argmax(-1) == li.argmax(-1)).float().mean().item()
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"held-out files: {files}")
+print(f"held-out loss, float32 ring: {loss['ring']:.4f} nats/char")
+print(f"held-out loss, int8 cache  : {loss['int8']:.4f} nats/char  ({loss['int8'] - loss['ring']:+.4f})")
+print(f"largest logit difference: {(lf - li).abs().max().item():.3f};  same top-1 prediction at {agree:.2%} of positions")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+prompt = torch.tensor([tok.encode(heldout[start : start + 120])])
+texts = {kind: model.generate(prompt, 200, cache=kind)[0, prompt.shape[1]:].tolist() for kind in ("ring", "int8")}
+first = next((i for i, (a, b) in enumerate(zip(texts["ring"], texts["int8"])) if a != b), None)
+for kind, ids_ in texts.items():
+    print(f"--- {kind} ---\n{tok.decode(ids_)!r}")
+print(f"the two continuations agree for the first {first if first is not None else 200} characters")
+
+# %% [markdown]
+# The loss barely moves (a few ten-thousandths of a nat per character here), and nearly every top-1
+# prediction is the same. The greedy texts agree for a while and then part: greedy decoding amplifies a tiny
+# logit difference the first time two candidates are nearly tied, and from then on the model conditions on
+# different text. Neither continuation is worse; they are different samples of the same model. That is the
+# usual finding for 8-bit KV caches; 4 and 2 bits need more care (KIVI, Liu et al. 2024, quantises keys per
+# channel because a few channels carry large values for every token). Hugging Face's `QuantizedCache`
+# (transformers `cache_utils.py`) follows that line: per-channel groups of `q_group_size=64`, 4 bits by
+# default, and up to `residual_length=128` recent tokens kept in full precision, re-quantised together each
+# time that buffer fills.
+#
+# ## 6. Hybrid stacks in the same arithmetic
+#
+# Lesson 0 showed why Gemma 3 went to 5 local layers for every global one: once most layers are local, the
+# global layers set the memory. The two savings of this lesson apply to the layers differently. Paging helps
+# both kinds (no reservation for the maximum length), but only local layers *return* blocks; int8 halves
+# every layer against bf16. KV bytes per sequence for the 27B models' shapes (Gemma 2 27B: 46 layers
+# alternating local `W = 4096` / global, 16 KV heads, `head_dim` 128; Gemma 3 27B: 62 layers, 52 local
+# `W = 1024` and 10 global, 16 KV heads, `head_dim` 128; google-deepmind/gemma `gemma/gm/nn/_gemma.py`,
+# `Gemma2_27B` and `Gemma3_27B`), with blocks of 16 tokens:
+
+# %%
+def kv_bytes(layers_local, layers_global, window, context, kv_heads=16, head_dim=128, per_elem=2.0, extra=0.0,
+             block=16):
+    """Bytes of one sequence's KV cache at `context` tokens: paged blocks, `per_elem` bytes an element plus
+    `extra` bytes per token and head (int8's scale), keys and values."""
+    def slots(n):  # token slots held in blocks for n stored tokens (local layers also straddle one more)
+        return block * math.ceil(n / block)
+    local = slots(min(context, window)) + (block if context > window else 0)
+    per_slot = 2 * kv_heads * (head_dim * per_elem + extra)
+    return (layers_local * local + layers_global * slots(context)) * per_slot
+
+
+GIB = 2**30
+models = {"Gemma 2 27B (1:1, W 4096)": (23, 23, 4096), "Gemma 3 27B (5:1, W 1024)": (52, 10, 1024),
+          "all 62 layers global": (0, 62, 0)}
+budget = 40 * GIB
+print(f"{'':<28}{'context':>8} {'bf16 GiB':>9} {'int8 GiB':>9} {'seqs in 40 GiB (bf16 / int8)':>30}")
+for name, (loc, glo, w) in models.items():
+    for ctx in (8192, 32768, 131072):
+        bf16 = kv_bytes(loc, glo, w, ctx)
+        i8 = kv_bytes(loc, glo, w, ctx, per_elem=1.0, extra=4.0)
+        print(f"{name:<28}{ctx:>8} {bf16 / GIB:>9.2f} {i8 / GIB:>9.2f} {int(budget // bf16):>14} / {int(budget // i8):<6}")
+
+# %% [markdown]
+# (Gemma 2 was trained for 8K tokens; its longer rows only extend the arithmetic.) Read the Gemma 3 rows: at
+# 128K tokens its ten global layers hold about 96 % of the sequence's cache, so int8 on the global layers
+# alone would buy almost all of the saving, and paging's early return only ever helps the local 4 %. The
+# local layers' paged cost is fixed, `ceil(1023 / 16) + 1 = 65` blocks each, whatever the context. A server
+# with a 40 GiB KV budget fits about twice as many 128K-token Gemma 3 sequences in int8 as in bf16.
+#
+# ## What to remember
+#
+# * A block table maps a sequence's logical blocks `p // block_size` to pool blocks; blocks are taken on
+#   demand and, with a sliding window, returned the step their last token leaves the window.
+# * Between updates a sequence holds at most `ceil((W - 1) / block_size) + 1` blocks: at most about one
+#   block per sequence more than the window itself. Small blocks waste less; large blocks read faster.
+# * The block tables of all layers coincide, so engines keep one per sequence.
+# * int8 with a float32 absmax scale per token and head: `(head_dim + 4) / (2 * head_dim)` of float16, every
+#   element within `max |x| / 254`, and on the checkpoint a held-out loss change in the fourth decimal.
+# * In hybrid stacks the global layers dominate long-context memory: quantise them first.
+#
+# Practise: [exercise 08](../exercises/08_paged_cache.ipynb) writes the block bookkeeping of section 1, and
+# [exercise 09](../exercises/09_int8_kv.ipynb) the quantise/dequantise of section 4.
+#
+# ## Going further
+#
+# * Prefix sharing: vLLM lets sequences with a common prompt share its blocks (a reference count per
+#   block, copy-on-write for the last partial block). With a sliding window, when can a shared prefix block
+#   be freed, and by whom? Sketch the reference counts for two sequences sharing a 40-token prompt, `W = 32`,
+#   blocks of 16.
+# * Quantise keys per channel instead of per token (one scale per `head_dim` dimension over a block of
+#   tokens, as KIVI does) in a copy of `Int8RingBufferKVCache`, and compare the held-out loss at 4 bits
+#   (`QMAX = 7`) with per-token scales. Which matters more at 4 bits, and why?
