@@ -28,6 +28,10 @@ from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, show,
 CASES = ((3, 2), (5, 4), (4, 4), (1, 1), (7, 3), (2, 5), (9, 4), (6, 1))  # (window_size, block_size)
 
 
+def _n(k: int, noun: str) -> str:
+    return f"{k} {noun}{'s' * (k != 1)}"
+
+
 class _Seq:
     """One learner instance, its oracle, and what it has written where."""
 
@@ -78,7 +82,7 @@ class _Run:
 
     def case(self, s: _Seq) -> str:
         steps = self.log if len(self.log) <= 8 else ["..."] + self.log[-8:]
-        return f"{self.title}, {s.name} after {s.seen} tokens\n   steps: " + "; ".join(steps)
+        return f"{self.title}, {s.name} after {_n(s.seen, 'token')}\n   steps: " + "; ".join(steps)
 
     # ------------------------------------------------------------------ one token
     def append(self, s: _Seq) -> None:
@@ -91,8 +95,9 @@ class _Run:
         except ExerciseFailed as e:
             if "PoolExhausted" not in str(e):
                 raise
-            raise fail(case, f"append() ran the pool dry: {self.pool.describe_holdings()}, "
-                       f"{self.pool.free_blocks} free.",
+            tables = {o.name: o.table(case) for o in self.seqs}
+            raise fail(case, f"append() found the pool empty: all {self.pool.num_blocks} blocks are taken "
+                       f"(block tables: {tables}).",
                        hint="the pool holds exactly the blocks the windows need: in a step that returns a block and "
                        "takes one, pool.give() the old block before you pool.take() the new one.") from None
         s.oracle.update(torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1))
@@ -143,7 +148,7 @@ class _Run:
             else:
                 hint = (f"a block is returned too late: block {table[0]} holds tokens {first}..{last}, all out of the "
                         f"window ({window}).")
-            raise fail(case, f"block_table holds {len(table)} blocks; {window}, which occupy {exp_n}.",
+            raise fail(case, f"block_table holds {_n(len(table), 'block')}; {window}, which occupy {exp_n}.",
                        expected=exp_n, got=len(table), what="blocks", hint=hint)
         if len(table) < exp_n:
             oldest_needed = exp_pos[0] // bs
@@ -154,7 +159,7 @@ class _Run:
             else:
                 hint = (f"a block is returned too early: block of tokens {oldest_needed * bs}..{last} still holds "
                         f"tokens in the window ({window}).")
-            raise fail(case, f"block_table holds {len(table)} blocks; {window}, which occupy {exp_n}.",
+            raise fail(case, f"block_table holds {_n(len(table), 'block')}; {window}, which occupy {exp_n}.",
                        expected=exp_n, got=len(table), what="blocks", hint=hint)
         order = [logical.get(b) for b in table]
         if None not in order and order != sorted(order):
