@@ -53,6 +53,8 @@ def test_each_wrong_answer_is_rejected_with_a_message_that_names_its_bug(answer,
     message = str(info.value).lower()
     missing = [w for w in answer.words if w.lower() not in message]
     assert not missing, f"{answer.__name__}: {answer.__doc__.strip()}\nmessage lacks {missing}:\n{info.value}"
+    if not any("shared" in w for w in answer.words):  # blamed on sharing only when that is the bug
+        assert "state is shared" not in message, f"{answer.__name__} misdiagnosed as shared state:\n{info.value}"
     assert "✅" not in capsys.readouterr().out
 
 
