@@ -121,7 +121,7 @@ def test_decode_rows_compare_the_decoder_with_hugging_face(quick_run):
 def test_table_is_printed(quick_run, capsys):
     main([*ARGS, "--windows", "4", "--repeats", "1", "--steps", "2", "--no-hf"])
     out = capsys.readouterr().out
-    assert "ring buffer" in out and "targets for the ring buffer" in out
+    assert "ring buffer" in out and "targets (ratios from this run" in out
     assert "decode comparison skipped" not in out  # --no-hf skips it on purpose, not for lack of a Decoder
 
 
@@ -155,3 +155,99 @@ def test_without_transformers_the_hf_rows_and_decode_are_skipped_with_a_note(mon
     out = capsys.readouterr().out
     assert "DynamicSlidingWindowLayer" not in out and "hf_mistral" not in out
     assert "note: transformers is not installed" in out and "note: decode comparison skipped" in out
+
+
+# ------------------------------------------------------------------ targets: judged only where they apply
+
+
+def test_quick_reports_speed_targets_without_judging_them(quick_run, capsys):
+    """Targets set for the default windows mean nothing at --quick's windows: value shown, no ok/MISS."""
+    from swkv_teach.bench.report import table
+
+    _, _, result = quick_run
+    assert result["config"]["targets_judged"] is False
+    for name, t in result["targets"].items():
+        if TARGETS[name][3] == "default":
+            assert t["met"] is None and t["judged"] is False, name
+    assert result["targets"]["ring_bytes_per_step"]["met"] is True  # holds at any window: still judged
+    text = table(result)
+    assert "MISS" not in text and "reported, not judged" in text
+
+
+def _update_row(W, cache, us, bytes_per_step=0, held=100, formula=100):
+    return {"window": W, "cache": cache, "us": {"median": us}, "bytes_per_step": bytes_per_step,
+            "bytes_held": held, "bytes_formula": formula}
+
+
+def _decode_row(W, impl, tps, ratio_to_hf, ratio_to_naive, same=True, memory=None):
+    row = {"window": W, "impl": impl, "tokens_per_s": {"median": tps}, "ratio_to_hf": ratio_to_hf,
+           "ratio_to_naive": ratio_to_naive, "same_tokens": same}
+    if memory is not None:
+        row["memory"] = memory
+    return row
+
+
+def test_decode_targets_take_the_worst_window_and_judge_in_a_full_run():
+    from swkv_teach.bench.report import targets
+
+    updates = [_update_row(W, c, us) for W in (64, 4096) for c, us in (("floor", 1.0), ("ring", 1.2))]
+    decode = [
+        _decode_row(64, "swkv_ring", 900, 2.5, 1.05), _decode_row(64, "swkv_naive", 857, 2.4, 1.0),
+        _decode_row(4096, "swkv_ring", 600, 1.9, 1.4), _decode_row(4096, "swkv_naive", 430, 1.4, 1.0, same=False),
+    ]
+    t = targets(updates, decode, judged=True)
+    assert t["decode_vs_hf"]["value"] == 1.9 and t["decode_vs_hf"]["met"] is False
+    assert t["decode_ring_vs_naive"]["value"] == 1.05 and t["decode_ring_vs_naive"]["met"] is True
+    assert t["decode_same_tokens"]["value"] == 0.0 and t["decode_same_tokens"]["met"] is False
+    assert t["decode_memory_flat"]["value"] is None and t["decode_memory_flat"]["met"] is None  # no CUDA run
+    quick = targets(updates, decode, judged=False)
+    assert quick["decode_vs_hf"]["met"] is None and quick["decode_vs_hf"]["value"] == 1.9
+    assert quick["decode_same_tokens"]["met"] is False, "a target for any window is judged in every run"
+
+
+def test_memory_flat_target_reads_the_long_runs():
+    from swkv_teach.bench.report import targets
+
+    updates = [_update_row(8, "floor", 1.0), _update_row(8, "ring", 1.0)]
+    flat = {"flat": True}
+    rising = {"flat": False}
+    rows = [_decode_row(8, "swkv_ring", 1, 2, 1, memory=flat), _decode_row(8, "hf_mistral", 1, 1, 1, memory=rising)]
+    assert targets(updates, rows, judged=False)["decode_memory_flat"]["met"] is False
+    rows[1]["memory"] = flat
+    assert targets(updates, rows, judged=False)["decode_memory_flat"]["met"] is True
+
+
+def test_memory_run_counts_steps_and_sees_a_rising_line():
+    from swkv_teach.bench.decode import memory_run
+
+    cpu = torch.device("cpu")
+    held = []
+    steady = memory_run(lambda: None, 6, cpu, lambda: 4096)
+    assert steady["steps"] == 6 and steady["flat"] is True and steady["tokens_per_s"] > 0
+    assert steady["allocated"] == {"first": 4096, "last": 4096, "min": 4096, "max": 4096}
+    leaking = memory_run(lambda: held.append(1), 5, cpu, lambda: 100 * len(held))
+    assert leaking["flat"] is False and leaking["allocated"] == {"first": 100, "last": 500, "min": 100, "max": 500}
+    uncounted = memory_run(lambda: None, 3, cpu, None)
+    assert uncounted["allocated"] is None and uncounted["flat"] is None
+
+
+@pytest.mark.skipif(not HAS_DECODER, reason="needs transformers and swkv_teach.hf")
+def test_decode_rows_ratios_and_a_long_run(capsys):
+    """ratio_to_naive agrees with the medians; a long run (forced on the CPU) decodes the same tokens as HF."""
+    from swkv_teach.bench.decode import decode_rows
+    from swkv_teach.bench.report import table
+
+    rows = decode_rows(6, torch.float32, torch.device("cpu"), steps=3, repeats=2, batch=2, memory_steps=13)
+    by = {r["impl"]: r for r in rows}
+    assert set(by) == {"swkv_ring", "swkv_naive", "hf_mistral"}
+    naive = by["swkv_naive"]["tokens_per_s"]["median"]
+    for r in rows:
+        assert math.isclose(r["ratio_to_naive"], r["tokens_per_s"]["median"] / naive, rel_tol=1e-9)
+        assert r["memory"]["steps"] == 13 and r["memory"]["flat"] is None  # the CPU has no allocator counter
+        assert r["memory"]["same_tokens"] and r["same_tokens"], r["impl"]
+    result = {"env": {"device": "cpu", "threads": 1, "torch": "x", "transformers": "y"},
+              "config": {"dtype": "float32", "batch": 2, "heads": 1, "head_dim": 1, "windows": [],
+                         "targets_judged": False},
+              "updates": [], "attention": [], "decode": rows, "targets": {}, "notes": []}
+    text = table(result)
+    assert "×naive" in text and "long decode runs" in text and "not counted (no CUDA)" in text

@@ -7,12 +7,19 @@ Both sides are manual loops (one token in, argmax out) so neither pays for
 ``generate``'s bookkeeping; Hugging Face uses its own cache
 (``DynamicCache(config=...)``, i.e. ``DynamicSlidingWindowLayer``).
 Hugging Face's attention implementation is recorded per row (``sdpa`` by default).
+
+On CUDA each implementation also decodes ``10·W`` more tokens in one long run,
+reading ``torch.cuda.memory_allocated`` after every step: tokens/s over the run,
+and whether the memory stayed flat (a cache that grew, or a step that kept
+something alive, would show as a rising line). Every implementation writes its
+tokens into one buffer allocated up front, so recording them allocates nothing.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
+import time
 from typing import Callable
 
 import torch
@@ -46,65 +53,116 @@ def _models(W: int, dtype: torch.dtype, device: torch.device):
     return config, hf, ours
 
 
-def _loops(W: int, hf, ours, config, prompt: torch.Tensor) -> dict[str, tuple[Callable[[], object], list]]:
-    """Per implementation: a ``step()`` that decodes one greedy token, and the list of tokens it produced."""
+class _Recorder:
+    """Greedy tokens written into a ``(batch, capacity)`` buffer made up front: recording allocates nothing."""
+
+    def __init__(self, first: torch.Tensor, capacity: int):
+        self.next = first  # (B, 1): the token the next step feeds
+        self.tokens = torch.empty(first.shape[0], capacity, dtype=torch.long, device=first.device)
+        self.count = 0
+
+    def record(self, logits: torch.Tensor) -> None:
+        self.next = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+        self.tokens[:, self.count] = self.next[:, 0]
+        self.count += 1
+
+    def produced(self) -> torch.Tensor:
+        return self.tokens[:, : self.count]
+
+
+def _loops(W: int, hf, ours, config, prompt: torch.Tensor, capacity: int) -> dict[str, tuple[Callable, _Recorder]]:
+    """Per implementation: a ``step()`` that decodes one greedy token, and the recorder of its tokens."""
     from transformers import DynamicCache
 
     loops = {}
     for kind in ("ring", "naive"):
         caches = ours.new_caches(kind, window_size=W)
-        state = {"next": ours.step(prompt, caches)[:, -1:].argmax(-1), "tokens": []}
+        rec = _Recorder(ours.step(prompt, caches)[:, -1:].argmax(-1), capacity)
 
-        def step(caches=caches, state=state):
-            state["next"] = ours.step(state["next"], caches)[:, -1].argmax(-1, keepdim=True)
-            state["tokens"].append(state["next"])
+        def step(caches=caches, rec=rec):
+            rec.record(ours.step(rec.next, caches))
 
-        loops[f"swkv_{kind}"] = (step, state["tokens"])
+        loops[f"swkv_{kind}"] = (step, rec)
 
     cache = DynamicCache(config=config)
     # transformers 5.x names the argument ``cache``; 4.x called it ``past_key_values``
     arg = "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"
     out = hf(input_ids=prompt, use_cache=True, **{arg: cache})
-    hf_state = {"next": out.logits[:, -1:].argmax(-1), "tokens": []}
+    hf_rec = _Recorder(out.logits[:, -1:].argmax(-1), capacity)
 
     def hf_step():
-        logits = hf(input_ids=hf_state["next"], use_cache=True, **{arg: cache}).logits
-        hf_state["next"] = logits[:, -1].argmax(-1, keepdim=True)
-        hf_state["tokens"].append(hf_state["next"])
+        hf_rec.record(hf(input_ids=hf_rec.next, use_cache=True, **{arg: cache}).logits)
 
-    loops["hf_mistral"] = (hf_step, hf_state["tokens"])
+    loops["hf_mistral"] = (hf_step, hf_rec)
     return loops
 
 
+def memory_run(
+    step: Callable[[], object], steps: int, device: torch.device, allocated: Callable[[], int] | None
+) -> dict:
+    """``steps`` calls of ``step``, reading ``allocated()`` (bytes) after each: tokens/s and the memory line.
+
+    ``flat`` is True when every reading equals the first. On CUDA ``allocated`` is
+    ``torch.cuda.memory_allocated`` (bytes of the tensors alive at that moment); without
+    a counter (``None``: the CPU allocator keeps none) only the time is taken.
+    """
+    synchronize(device)
+    readings = []
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+        if allocated is not None:
+            readings.append(allocated())
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    out = {"steps": steps, "tokens_per_s": steps / seconds, "allocated": None, "flat": None}
+    if readings:
+        out["allocated"] = {"first": readings[0], "last": readings[-1], "min": min(readings), "max": max(readings)}
+        out["flat"] = min(readings) == max(readings)
+    return out
+
+
 def decode_rows(
-    W: int, dtype: torch.dtype, device: torch.device, steps: int, repeats: int, batch: int = 1
+    W: int, dtype: torch.dtype, device: torch.device, steps: int, repeats: int, batch: int = 1,
+    memory_steps: int | None = None,
 ) -> list[dict]:
     """Tokens per second of each implementation at window ``W`` (prompt of ``W`` tokens, then ``steps`` per repeat).
 
     ``same_tokens`` says whether the implementation's greedy tokens matched Hugging Face's on every
     timed step (they should: same weights, same window rule; float noise may flip a near-tie).
+    ``ratio_to_hf`` and ``ratio_to_naive`` divide its median tokens/s by theirs.
+    With ``memory_steps`` each row also gets ``memory``: a :func:`memory_run` of that many more
+    steps (memory counted on CUDA), with ``same_tokens`` over everything decoded.
     """
     config, hf, ours = _models(W, dtype, device)
     g = torch.Generator().manual_seed(W)
     prompt = torch.randint(0, config.vocab_size, (batch, W), generator=g).to(device)
+    allocated = (lambda: torch.cuda.memory_allocated(device)) if device.type == "cuda" else None
     rows = []
     with torch.inference_mode():
-        loops = _loops(W, hf, ours, config, prompt)
+        loops = _loops(W, hf, ours, config, prompt, capacity=1 + repeats * steps + (memory_steps or 0))
         for step, _ in loops.values():
             step()  # warm-up: first single-token step
         synchronize(device)
         times = time_us_interleaved({name: (step, steps) for name, (step, _) in loops.items()}, device, repeats)
-        hf_tokens = torch.cat(loops["hf_mistral"][1], dim=1)
-        for name, (_, tokens) in loops.items():
+        hf_tokens = loops["hf_mistral"][1].produced()
+        for name, (_, rec) in loops.items():
             us = times[name]
             tps = Summary(1e6 / us.median, 1e6 / us.max, 1e6 / us.min, [1e6 / s for s in us.samples])
             rows.append({
                 "window": W, "impl": name, "us_per_token": us.as_dict(), "tokens_per_s": tps.as_dict(),
-                "same_tokens": bool(torch.equal(torch.cat(tokens, dim=1), hf_tokens)),
+                "same_tokens": bool(torch.equal(rec.produced(), hf_tokens)),
                 "steps": steps, "prompt_tokens": W,
                 "attn_implementation": getattr(config, "_attn_implementation", None),
             })
-    hf_tps = next(r["tokens_per_s"]["median"] for r in rows if r["impl"] == "hf_mistral")
+        if memory_steps:
+            for row, (step, _) in zip(rows, loops.values()):
+                row["memory"] = memory_run(step, memory_steps, device, allocated)
+            hf_tokens = loops["hf_mistral"][1].produced()
+            for row, (_, rec) in zip(rows, loops.values()):
+                row["memory"]["same_tokens"] = bool(torch.equal(rec.produced(), hf_tokens))
+    median = {r["impl"]: r["tokens_per_s"]["median"] for r in rows}
     for r in rows:
-        r["ratio_to_hf"] = r["tokens_per_s"]["median"] / hf_tps
+        r["ratio_to_hf"] = r["tokens_per_s"]["median"] / median["hf_mistral"]
+        r["ratio_to_naive"] = r["tokens_per_s"]["median"] / median["swkv_naive"]
     return rows
