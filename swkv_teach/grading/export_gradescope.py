@@ -146,12 +146,14 @@ def autograde(root: Path, exercises: list[str], timeout: float = 60, memory: str
     submission = root / "submission"
     notebooks = _collect([str(submission)]) if submission.is_dir() else []
     best: dict[str, tuple[int, str, str]] = {}  # exercise -> (points, feedback, notebook)
-    lines = []
+    lines, unreadable = [], []
     for path in notebooks:
         shown = str(path.relative_to(submission))
         row = grade_notebook(path, timeout=timeout, display=shown, memory=memory, cpu=cpu)
         total = sum(v or 0 for v in row["exercises"].values())
         lines.append(f"{shown}: {row['status']} ({row['reason']}), {total} point(s)")
+        if row["status"] == "unreadable":
+            unreadable.append(shown)
         for ex_id, pts in row["exercises"].items():
             if ex_id in exercises and (ex_id not in best or (pts or 0) > best[ex_id][0]):
                 fb = _feedback_for(row, ex_id)
@@ -168,6 +170,9 @@ def autograde(root: Path, exercises: list[str], timeout: float = 60, memory: str
         else:
             pts, output = 0, (f"No submitted notebook attempts exercise {ex_id} (a cell calling {e.call}, or its "
                               f"name '{e.slug}' in the file name). Upload the exercise notebook with your answer.")
+            if unreadable:
+                output += (f" These files are not valid notebooks, so they were not graded: {', '.join(unreadable)} "
+                           "(download the notebook again with File > Download > .ipynb; do not edit it as text).")
         tests.append({"name": name, "score": pts, "max_score": e.points, "output": output,
                       "status": "passed" if pts == e.points else "failed"})
     score = sum(t["score"] for t in tests)
