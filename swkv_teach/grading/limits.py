@@ -12,6 +12,10 @@ the kernel starts and before any of the notebook's cells run:
   from the per-cell wall-clock timeout cannot reach, is stopped by the kernel's own OS
   (SIGXCPU, then SIGKILL 5 s later).
 
+On a machine where torch sees a CUDA GPU the address-space cap is not set (CUDA maps far more
+virtual memory than it uses, so any cap breaks it); the feedback says so, and grading with
+``CUDA_VISIBLE_DEVICES=`` runs the kernels on the CPU, capped.
+
 Limits are inherited by processes the kernel forks, each with its own budget; a fork bomb is
 not stopped by these (``RLIMIT_NPROC`` counts per user and is ignored for root), nor is disk
 use or the network: run graders in a container (Gradescope does) for that.
@@ -19,6 +23,7 @@ use or the network: run graders in a container (Gradescope does) for that.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 
@@ -65,21 +70,25 @@ class Limits:
         return " and ".join(parts) or "no caps"
 
     def apply(self, pid: int) -> str | None:
-        """Cap process ``pid``; returns None, or why the caps could not be set (then nothing is capped)."""
+        """Cap process ``pid``; returns None, or why a cap could not be set."""
         try:
             import resource
 
             prlimit = resource.prlimit
         except (ImportError, AttributeError):
             return "memory and CPU caps need Linux (prlimit); this kernel ran uncapped"
+        note = None
         try:
-            if self.memory:
+            if self.memory and _cuda_visible():
+                note = ("no memory cap: a CUDA GPU is visible and CUDA maps more address space than any cap "
+                        "(grade with CUDA_VISIBLE_DEVICES= to cap memory on the CPU)")
+            elif self.memory:
                 prlimit(pid, resource.RLIMIT_AS, (self.memory, self.memory))
             if self.cpu:
                 prlimit(pid, resource.RLIMIT_CPU, (self.cpu, self.cpu + 5))
         except (OSError, ValueError) as e:
             return f"could not cap the kernel ({e}); it ran uncapped"
-        return None
+        return note
 
     def death(self, returncode: int | None) -> str | None:
         """Which cap a kernel that died with ``returncode`` hit, when its signal says so."""
@@ -92,6 +101,17 @@ class Limits:
             return (f"killed: the kernel was killed (SIGKILL), by its {self.cpu} s CPU cap or by the system's "
                     "out-of-memory killer")
         return None
+
+
+def _cuda_visible() -> bool:
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        return False
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
 
 
 def hit_memory_limit(error_text: str) -> bool:
