@@ -80,11 +80,20 @@ def _project_root() -> Path:
 
 
 def build_wheel(project: Path, dest: Path) -> Path:
-    """The course package as a wheel in ``dest`` (offline: uses the installed setuptools)."""
+    """The course package as a wheel in ``dest`` (offline: uses the installed setuptools).
+
+    Built from a clean copy of what the package needs, never in the checkout, where setuptools'
+    ``build/`` folder would keep, and ship, modules deleted since an earlier build.
+    """
     with tempfile.TemporaryDirectory(prefix="swkv-wheel-") as tmp:
+        src, wheels_dir = Path(tmp) / "src", Path(tmp) / "wheels"
+        shutil.copytree(project / "swkv_teach", src / "swkv_teach",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy(project / name, src / name)
         run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                              "-w", tmp, str(project)], capture_output=True, text=True)
-        wheels = list(Path(tmp).glob("swkv_teach-*.whl"))
+                              "-w", str(wheels_dir), str(src)], capture_output=True, text=True)
+        wheels = list(wheels_dir.glob("swkv_teach-*.whl"))
         if run.returncode or len(wheels) != 1:
             raise ValueError(f"building the course wheel failed:\n{run.stdout[-1500:]}{run.stderr[-1500:]}")
         return Path(shutil.copy(wheels[0], dest / wheels[0].name))
