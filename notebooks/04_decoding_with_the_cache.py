@@ -41,7 +41,8 @@
 # 7. changes the cache's window at inference, measures what that costs, and tests why.
 #
 # Window convention, as everywhere in the course (`swkv_teach.masks`): query `i` attends key `j`
-# exactly when `i - W < j <= i`.
+# exactly when `i - W < j <= i`. Unfamiliar term? See the [glossary](../docs/glossary.md); formulas
+# are on the [cheat sheet](../docs/cheatsheet.md), sources in [references](../docs/references.md).
 
 # %%
 # %matplotlib inline
@@ -205,7 +206,9 @@ print("query 100 sees positions", pos[mask[0]].min().item(), "to", pos[mask[0]].
 print("query 115 sees positions", pos[mask[-1]].min().item(), "to", pos[mask[-1]].max().item())
 
 # %% [markdown]
-# Query 100 sees `37..100` and query 115 sees `52..115`: 64 keys each, as the convention says. Now
+# Query 100 sees `37..100` and query 115 sees `52..115`: 64 keys each, as the convention says. This
+# is the [chunk contract](../docs/cheatsheet.md#the-chunk-contract), whose mask you wrote in
+# [exercise 07](../exercises/07_chunk_mask.ipynb) after lesson 3. Now
 # the whole 200-character text, in chunks of several sizes, including sizes that do not divide 200
 # and one chunk of everything. Each must reproduce the oracle:
 

@@ -35,7 +35,8 @@
 # model of lesson 4, with an honest result.
 #
 # Window convention (`swkv_teach.masks`): query `i` attends key `j` when `i - W < j <= i`; with `S`
-# sinks, also when `j < S`.
+# sinks, also when `j < S`. Terms: [glossary](../docs/glossary.md); sources:
+# [references](../docs/references.md).
 
 # %%
 # %matplotlib inline
@@ -442,6 +443,7 @@ plt.close(fig)
 #   sinks improve? Why might a model trained with a window still not benefit?
 # * Eviction by attention rather than by age: H2O (Zhang et al. 2023, arXiv:2306.14048) keeps the
 #   keys with the largest accumulated attention. Sketch what the cache needs from the decoder to do
-#   that, and why fused attention kernels make it awkward.
+#   that, and why fused attention kernels make it awkward; then compare with
+#   [lesson 9](09_which_tokens_to_keep.ipynb), which builds it.
 #
 # Next: [lesson 6](06_measuring.ipynb) measures time and memory.

@@ -34,7 +34,8 @@
 #
 # Timings depend on the machine and on whatever else it is doing, so the tests do not compare
 # them, and the sentences below that quote them are computed from this run's numbers. Read ratios
-# within one run, not numbers across machines. Memory counts are exact and are compared.
+# within one run, not numbers across machines. Memory counts are exact and are compared. The byte
+# and FLOP formulas are on the [cheat sheet](../docs/cheatsheet.md).
 
 # %%
 # %matplotlib inline
@@ -401,4 +402,5 @@ else:
 # * Batch it: with 32 sequences the naive cache copies 32 windows per step. Predict the per-token
 #   gap at batch 32 from the update table, then measure it.
 #
-# Next: [lesson 7](07_interview_drill.ipynb), the interview drill.
+# Next: [lesson 7](07_interview_drill.ipynb), the interview drill; [lesson 8](08_serving_memory.ipynb)
+# takes memory to serving scale (paged blocks, 8-bit keys).
