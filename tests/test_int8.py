@@ -123,6 +123,8 @@ def test_nbytes_counts_int8_data_and_float32_scales():
     cache = check_stream(W, [1] * 20)
     assert cache.nbytes == 2 * (B * H * W * D * 1) + 2 * (B * H * W * 4)
     assert cache.nbytes / (2 * B * H * W * D * 4) == (D + 4) / (4 * D), "(head_dim + 4) / (4 head_dim) of float32"
+    assert cache.nbytes == sum(t.numel() * t.element_size() for t in cache.buffers)
+    assert [t.dtype for t in cache.buffers] == [torch.int8, torch.int8, torch.float32, torch.float32]
     cache.reset()
     assert cache.nbytes == 0 and len(cache) == 0 and cache.seen == 0
 

@@ -114,6 +114,11 @@ class Int8RingBufferKVCache(KVCache):
         """Absolute positions of the stored tokens, chronologically (matching :meth:`ordered`)."""
         return self._data.stored_positions()
 
+    @property
+    def buffers(self) -> tuple:
+        """The four tensors it holds: int8 keys and values ``(B, H, W, D)``, float32 scales ``(B, H, W, 1)``."""
+        return self._data.k_buf, self._data.v_buf, self._scales.k_buf, self._scales.v_buf
+
     def ordered(self) -> tuple[torch.Tensor, torch.Tensor]:
         """A chronological, dequantised copy of the stored keys and values."""
         if self._like is None:

@@ -206,11 +206,21 @@ class PagedKVCache(KVCache):
         blocks = torch.tensor(table, dtype=torch.long)[positions // bs - first]
         return (blocks * bs + positions % bs).to(self.pool.k.device)
 
-    def _gather(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values at ``positions`` as ``(1, heads, n, head_dim)`` copies."""
-        slots = self._slots(positions, self._table, self._first)
-        k = self.pool.k.flatten(0, 1).index_select(0, slots)  # (n, heads, head_dim)
-        v = self.pool.v.flatten(0, 1).index_select(0, slots)
+    def _range(self, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of positions ``lo .. hi - 1`` (all held) as ``(1, heads, hi - lo, head_dim)`` copies.
+
+        The positions are consecutive, so they are whole blocks read in table order (one
+        ``index_select`` each for keys and values) with the ends trimmed.
+        """
+        bs = self.pool.block_size
+        if hi <= lo:
+            empty = self.pool.k.new_zeros(1, self.pool.k.shape[2], 0, self.pool.k.shape[3])
+            return empty, empty.clone()
+        b0, b1 = lo // bs - self._first, (hi - 1) // bs - self._first + 1  # table entries covering the range
+        off = lo - (self._first + b0) * bs
+        idx = self._table_t[b0:b1]
+        k = self.pool.k.index_select(0, idx).flatten(0, 1)[off : off + hi - lo]  # (n, heads, head_dim)
+        v = self.pool.v.index_select(0, idx).flatten(0, 1)[off : off + hi - lo]
         return k.permute(1, 0, 2).unsqueeze(0), v.permute(1, 0, 2).unsqueeze(0)
 
     # ---------------------------------------------------------------- update
@@ -248,23 +258,40 @@ class PagedKVCache(KVCache):
             )
 
         self.pool.allocate_like(k_new)
-        visible = torch.arange(max(0, n - (W - 1)), n)  # stored keys the chunk's first query sees
-        k_old, v_old = self._gather(visible)  # before returning blocks: a new write may reuse them
-        for block in self._table[:n_free]:
-            self.pool.give(block)
-        table = self._table[n_free:] + [self.pool.take(self.sequence_id) for _ in range(max(0, n_take))]
-        self._table, self._first = table, new_first
+        if c == 1:  # decoding: nothing this step returns is a token the first query needs (see below)
+            self._move(n_free, n_take, new_first)
+            block = self._table[-1]
+            self.pool.k[block, n % bs].copy_(k_new[0, :, 0])  # (heads, head_dim) into its slot
+            self.pool.v[block, n % bs].copy_(v_new[0, :, 0])
+            self._seen = n + 1
+            self._layout = (k_new.shape[1], k_new.shape[3], k_new.dtype, k_new.device)
+            self._positions = torch.arange(lo, n + 1, device=k_new.device)  # one token: returned == stored
+            return self._range(lo, n + 1)
 
+        # a chunk: its first query sees stored tokens that the chunk itself pushes out of the window, so
+        # read them before returning blocks (a block taken in this update may be one just returned)
+        k_old, v_old = self._range(max(0, n - (W - 1)), n)
+        self._move(n_free, n_take, new_first)
         keep = torch.arange(max(n, lo), n + c)  # the chunk's tokens that survive it
-        slots = self._slots(keep, table, new_first)
+        slots = self._slots(keep, self._table, new_first)
         src = slice(max(n, lo) - n, c)
         self.pool.k.flatten(0, 1).index_copy_(0, slots, k_new[0, :, src].permute(1, 0, 2))
         self.pool.v.flatten(0, 1).index_copy_(0, slots, v_new[0, :, src].permute(1, 0, 2))
 
         self._seen = n + c
         self._layout = (k_new.shape[1], k_new.shape[3], k_new.dtype, k_new.device)
-        self._positions = torch.cat([visible, torch.arange(n, n + c)]).to(k_new.device)
+        self._positions = torch.arange(max(0, n - (W - 1)), n + c, device=k_new.device)
         return torch.cat([k_old, k_new], dim=2), torch.cat([v_old, v_new], dim=2)
+
+    def _move(self, n_free: int, n_take: int, new_first: int) -> None:
+        """Return the ``n_free`` oldest blocks, then take ``n_take`` new ones (returning first: the pool may be tight)."""
+        if n_free <= 0 and n_take <= 0:
+            return
+        for block in self._table[:n_free]:
+            self.pool.give(block)
+        self._table = self._table[n_free:] + [self.pool.take(self.sequence_id) for _ in range(max(0, n_take))]
+        self._first = new_first
+        self._table_t = torch.tensor(self._table, dtype=torch.long, device=self.pool.k.device)
 
     # ------------------------------------------------------------ interface
     @property
@@ -294,13 +321,14 @@ class PagedKVCache(KVCache):
         """A chronological copy of the stored keys and values, ``(1, heads, len(self), head_dim)`` each."""
         if not self._seen:
             raise RuntimeError("the cache is empty: call update() before ordered()")
-        return self._gather(self.stored_positions())
+        return self._range(max(0, self._seen - self.window_size), self._seen)
 
     def reset(self) -> None:
         """Return every block to the pool and forget the sequence."""
         for block in self._table:
             self.pool.give(block)
         self._table = []
+        self._table_t = None  # _table as a long tensor on the pool's device, remade when the table changes
         self._first = 0  # logical block of _table[0]
         self._seen = 0
         self._layout = None
