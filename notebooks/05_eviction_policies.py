@@ -30,7 +30,7 @@
 # * **Attention sinks** (StreamingLLM, Xiao et al. 2023): keep the first few tokens forever, plus
 #   the last `W`.
 #
-# This lesson fixes the blog's demo (second seed document of the course), shows exactly how LRU drifts away from sliding-window
+# This lesson fixes the blog's demo, shows exactly how LRU drifts away from sliding-window
 # attention as soon as anything *reads* the cache, builds sinks, and tries sinks on the trained
 # model of lesson 4, with an honest result.
 #
