@@ -75,7 +75,8 @@ def test_right_answers_cover_every_exercise_in_several_styles():
 DECODE_NUMERIC_BUGS = ["decode_len_positions", "decode_ignores_window", "decode_without_cache",
                        "decode_positions_in_loop", "decode_tiles_kv_heads", "decode_rope_from_zero",
                        "decode_truncates_chunk", "decode_shares_attn_norm", "decode_drops_norm_weight",
-                       "decode_skips_final_norm", "decode_mlp_without_residual"]
+                       "decode_skips_final_norm", "decode_mlp_without_residual", "decode_swaps_the_norms",
+                       "decode_final_norm_twice", "decode_residual_from_the_normed_input"]
 
 
 @pytest.mark.parametrize("name", DECODE_NUMERIC_BUGS)
@@ -97,6 +98,23 @@ def test_each_decode_bug_misses_by_at_least_ten_times_the_tolerance(name):
                 worst = max(worst, float(((got - exp).abs() / tol).max()))
                 start += c
     assert worst >= 10, f"{name} misses by only {worst:.1f}x the tolerance"
+
+
+def test_the_oracle_hidden_states_are_the_layers_inputs_and_change_nothing():
+    from swkv_teach.grading import decode as d
+    from swkv_teach.grading._decode_spy import Spy
+
+    model, ids = d.make_model(3, torch.device("cpu"))
+    with torch.no_grad():
+        before = model(ids)
+        hidden = Spy.oracle_hidden(model, ids)
+        pos = torch.arange(ids.shape[1])
+        x = model.embed(ids)
+        for L, layer in enumerate(model.layers):
+            assert torch.equal(hidden[L], x), L
+            x = layer(x, pos)
+        assert torch.equal(hidden["final"], x)
+        assert torch.equal(model(ids), before)
 
 
 def test_right_decode_answers_are_well_inside_the_tolerance():

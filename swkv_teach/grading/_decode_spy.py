@@ -88,7 +88,8 @@ class Spy:
 
     def _wrap_qkv(self, qkv, L):
         def spy_qkv(x, positions, *args, **kwargs):
-            self.log(L, "qkv", positions=torch.as_tensor(positions).flatten().tolist())
+            t = torch.as_tensor(positions)
+            self.log(L, "qkv", positions=t.flatten().tolist(), integer=not (t.is_floating_point() or t.is_complex()))
             return qkv(x, positions, *args, **kwargs)
 
         return spy_qkv
@@ -96,8 +97,9 @@ class Spy:
     def _wrap_attend(self, attend, L):
         def spy_attend(q, k, v, q_positions, k_positions, *args, **kwargs):
             window_size = kwargs.get("window_size", args[1] if len(args) > 1 else None)
-            self.log(L, "attend", q_positions=torch.as_tensor(q_positions).flatten().tolist(),
-                     k_positions=torch.as_tensor(k_positions).flatten().tolist(), k=k, window_size=window_size)
+            qp, kp = torch.as_tensor(q_positions), torch.as_tensor(k_positions)
+            self.log(L, "attend", q_positions=qp.flatten().tolist(), k_positions=kp.flatten().tolist(), k=k,
+                     window_size=window_size, integer=not (qp.is_floating_point() or kp.is_floating_point()))
             return attend(q, k, v, q_positions, k_positions, *args, **kwargs)
 
         return spy_attend
@@ -112,18 +114,26 @@ class Spy:
     def _norm_hook(self, L, name):
         def hook(module, inputs, output):
             self.log(L, name)
-            if name in ("attn_norm", "norm") and L not in self.hidden and inputs:
+            if name in ("attn_norm", "mlp_norm", "norm") and L not in self.hidden and inputs:
                 self.hidden[L] = inputs[0].detach()
 
         return hook
 
     @staticmethod
     def oracle_hidden(model, ids) -> dict:
-        """The oracle's hidden state entering each layer, and entering the final norm: ``(B, T, dim)`` each."""
+        """The oracle's hidden state entering each layer, and entering the final norm: ``(B, T, dim)`` each.
+
+        (A learner's is the input of the first norm its layer runs, which in a right answer is attn_norm.)"""
         out: dict = {}
-        hooks = [layer.attn_norm.register_forward_hook(
-            lambda m, i, o, L=L: out.setdefault(L, i[0].detach())) for L, layer in enumerate(model.layers)]
-        hooks.append(model.norm.register_forward_hook(lambda m, i, o: out.setdefault("final", i[0].detach())))
+
+        def keep(key):
+            def hook(module, inputs, output):
+                out.setdefault(key, inputs[0].detach())  # returns None: a hook that returns replaces the output
+
+            return hook
+
+        hooks = [layer.attn_norm.register_forward_hook(keep(L)) for L, layer in enumerate(model.layers)]
+        hooks.append(model.norm.register_forward_hook(keep("final")))
         try:
             model(ids)
         finally:
@@ -147,11 +157,19 @@ def _qkv_positions(spy: Spy, L) -> list:
     return [p for info in spy.kinds(L, "qkv") for p in info["positions"]]
 
 
-def diagnose(spy: Spy, model) -> str | None:
-    """The most specific true finding about the current call, as a hint (None if nothing fits)."""
+def diagnose(spy: Spy, model, completed: bool = True) -> str | None:
+    """The most specific true finding about the current call, as a hint (None if nothing fits).
+
+    ``completed``: the learner's call returned (False when it raised: what never ran is not a finding).
+    """
     cfg = model.config
     layers = range(len(model.layers))
     exp = _expected(spy)
+    # 0. positions of a float dtype
+    for L in layers:
+        if any(not info["integer"] for info in spy.kinds(L, "qkv") + spy.kinds(L, "attend")):
+            return ("positions must be an integer tensor: torch.arange(start, start + c) (no dtype=float, no float "
+                    "arithmetic); window_mask refuses float positions.")
     # 1. cache.positions read before update (and not after): stale positions for the mask
     for L in layers:
         order = spy.order(L)
@@ -213,11 +231,21 @@ def diagnose(spy: Spy, model) -> str | None:
                             f"query heads h*{g} .. h*{g}+{g - 1} (repeat_interleave(g, dim=1), as Hugging Face's "
                             "repeat_kv; .repeat tiles them h, h + n_kv, ...). Simplest: pass the cache's keys as they "
                             "are; attend does the grouping.")
-            if up and info["k_positions"] != up["positions"] and len(info["k_positions"]) == k.shape[2]:
+            if len(info["k_positions"]) != k.shape[2]:
+                return (f"layer {L} gave attend {len(info['k_positions'])} k_positions for {k.shape[2]} keys: "
+                        "k_positions is cache.positions, read after the update (one position per key update "
+                        "returned), not the new tokens' positions.")
+            if up and info["k_positions"] != up["positions"]:
                 return (f"layer {L} gave attend k_positions {info['k_positions']}, but the keys update returned sit at "
                         f"{up['positions']}: pass cache.positions, read after the update.")
     # 5. norms
     for L in layers:
+        order = spy.order(L)
+        if "mlp_norm" in order and "qkv" in order and order.index("mlp_norm") < order.index("qkv"):
+            return (f"layer {L} normalised the attention's input with mlp_norm: each sub-layer has its own norm, "
+                    "q, k, v = layer.attn.qkv(layer.attn_norm(x), positions), then "
+                    "x + layer.mlp(layer.mlp_norm(x)).")
+    for L in layers if completed else ():
         n_attn, n_mlp = spy.order(L).count("attn_norm"), spy.order(L).count("mlp_norm")
         n_qkv, n_ff = len(spy.kinds(L, "qkv")), spy.order(L).count("mlp")
         if n_mlp == 0 and n_attn >= n_qkv + n_ff and n_ff:
@@ -229,7 +257,7 @@ def diagnose(spy: Spy, model) -> str | None:
         if n_attn == 0 and n_qkv:
             return (f"layer {L}'s attention did not read layer.attn_norm(x): q, k, v = "
                     "layer.attn.qkv(layer.attn_norm(x), positions).")
-    if not spy.order("final").count("norm"):
+    if completed and not spy.order("final").count("norm"):
         return "model.norm was not applied: the logits are model.lm_head(model.norm(x))."
     return None
 
@@ -244,12 +272,15 @@ def first_difference(spy: Spy, oracle: dict) -> str:
         n = mine.shape[1]
         ref = oracle[L][:, s : s + n]
         if mine.shape != ref.shape or not torch.allclose(mine.float(), ref.float(), atol=tol, rtol=1e-3):
-            where = "model.norm (after the last layer)" if L == "final" else f"layer {L} (the input of its attn_norm)"
-            before = "the embedding" if L == 0 else ("the last layer" if L == "final" else f"layer {L - 1}")
             diff = "shapes differ" if mine.shape != ref.shape else \
                 f"max abs difference {float((mine.float() - ref.float()).abs().max()):.3g}"
+            if L == 0:
+                return (f"the hidden state entering layer 0 already differs from model.forward's ({diff}): it is "
+                        "the embedding, x = model.embed(input_ids).")
+            where = "model.norm (after the last layer)" if L == "final" else f"layer {L} (the input of its first norm)"
+            before = "the last layer" if L == "final" else f"layer {L - 1}"
             return (f"the hidden state entering {where} already differs from model.forward's ({diff}), while every "
-                    f"earlier one matched: look at {before}: its attention (positions, cache.update, attend) or its "
-                    "MLP and norms.")
+                    f"earlier one matched: look at {before}: its attention (positions, cache.update, attend), its "
+                    "MLP, its norms and its two residual additions (x = x + ...).")
     return ("the hidden states entering each layer match model.forward's; the difference comes from the end: "
             "logits = model.lm_head(model.norm(x)).")

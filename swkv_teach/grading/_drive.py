@@ -237,8 +237,9 @@ def isolate(e: ExerciseFailed, judge_cls, cls, run: Run, dev, snapshot=None) -> 
                      "assumes a shape. squeeze() drops batch 1 or a single head; a buffer must be "
                      "(batch, heads, W, head_dim) taken from k_new.shape, and a token is written with [:, :, slot].")
     if run.dtype != F32 and not _passes(judge_cls, cls, run.plain(dtype=run.dtype), dev):
-        found.append(f"with {short(run.dtype)} tokens it fails, with float32 it passes: create every buffer with "
-                     "dtype=k_new.dtype (torch.empty(0) and torch.zeros(...) default to float32), never .float().")
+        found.append(f"with {short(run.dtype)} tokens it fails, with float32 it passes: keep k_new's dtype "
+                     "throughout. torch.empty(0) and torch.zeros(...) default to float32 (use dtype=k_new.dtype or "
+                     "k_new.new_zeros), .float() converts, and numpy has no bfloat16.")
     if run.zeros and not _passes(judge_cls, cls, run.plain(zeros=True), dev):
         found.append("when some keys and values are all zeros it fails: zero is a legitimate key; never find "
                      "empty slots by looking for zeros, count the tokens written instead.")

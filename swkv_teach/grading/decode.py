@@ -106,9 +106,11 @@ def check_cached_decode(fn) -> None:
             case = (f"{name}(model, input_ids[:, {start}:{start + c}], caches) on a tiny decoder with window_size={W} "
                     f"(call {n + 1}: {c} new token{'s' if c > 1 else ''} at positions {start}..{start + c - 1})")
             spy.begin(start, c)
+            returned = False
             try:
                 with torch.no_grad():
                     got = call(case, f"{name}()", fn, model, ids[:, start : start + c], spy.caches)
+                returned = True
                 exp = expected[:, start : start + c]
                 _check_output(case, got, exp)
                 if not close(got, exp):
@@ -122,7 +124,7 @@ def check_cached_decode(fn) -> None:
             except ExerciseFailed as e:
                 if "the library's finished answer" in str(e):
                     raise
-                found = diagnose(spy, model)
+                found = diagnose(spy, model, completed=returned)
                 if found:
                     raise rehint(e, found, "(found by watching your calls to the model's parts and the caches)") \
                         from None

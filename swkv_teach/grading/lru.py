@@ -191,6 +191,16 @@ def diagnose(cls) -> str | None:
     s = _probe(cls, 2, [*_fill(1), ("get", 0, got)])
     if s is not None and got and got[0] == ("v0", "k0"):
         return "get returns (value, key): swapped. Return the stored pair in order, (key, value)."
+    # three puts into a cache of three: all three stay
+    s = _probe(cls, 3, _fill(3))
+    if s is not None and _held(s) != {0, 1, 2}:
+        return (f"after put(0), put(1), put(2) into a cache of max_size 3, only {sorted(_held(s))} can be found: "
+                "the cache holds fewer than max_size entries. Evict only while len(cache) > max_size (not >=).")
+    # a miss must change nothing
+    s = _probe(cls, 3, [*_fill(3), ("get", 9)])
+    if s is not None and _held(s) != {0, 1, 2}:
+        return (f"get(9), a miss, changed the cache: afterwards only {sorted(_held(s))} of 0, 1, 2 can be found. "
+                "A miss returns None and stores nothing (no placeholder, no eviction).")
     # re-put of the middle entry of a full cache: nothing may be evicted
     s = _probe(cls, 3, [*_fill(3), ("put", 1, "k1'", "v1'")])
     if s is not None:

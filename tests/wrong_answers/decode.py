@@ -167,3 +167,47 @@ def decode_mlp_without_residual(model, input_ids, caches):
         x = x + layer.attn.attend(q, k, v, pos, cache.positions.to(x.device))
         x = layer.mlp(layer.mlp_norm(x))
     return model.lm_head(model.norm(x))
+
+
+def _layers(model, input_ids, caches, attn_in=lambda layer: layer.attn_norm, mlp_in=lambda layer: layer.mlp_norm,
+            kpos=None, dtype=None, final=lambda model, x: model.norm(x), residual_from_norm=False):
+    start = caches[0].seen
+    pos = torch.arange(start, start + input_ids.shape[1], device=input_ids.device, dtype=dtype)
+    x = model.embed(input_ids)
+    for layer, cache in zip(model.layers, caches):
+        h = attn_in(layer)(x)
+        q, k, v = layer.attn.qkv(h, pos)
+        k, v = cache.update(k, v)
+        x = (h if residual_from_norm else x) + layer.attn.attend(q, k, v, pos, cache.positions if kpos is None else pos)
+        x = x + layer.mlp(mlp_in(layer)(x))
+    return model.lm_head(final(model, x))
+
+
+@wrong("check_cached_decode", "k_positions", "cache.positions")
+def decode_new_positions_as_key_positions(model, input_ids, caches):
+    """Passes the new tokens' positions as k_positions: one position per new token, not per cached key."""
+    return _layers(model, input_ids, caches, kpos="new")
+
+
+@wrong("check_cached_decode", "integer tensor")
+def decode_float_positions(model, input_ids, caches):
+    """torch.arange(..., dtype=torch.float32) positions: RoPE takes them, the window mask refuses them."""
+    return _layers(model, input_ids, caches, dtype=torch.float32)
+
+
+@wrong("check_cached_decode", "attention's input with mlp_norm")
+def decode_swaps_the_norms(model, input_ids, caches):
+    """mlp_norm before attention and attn_norm before the MLP."""
+    return _layers(model, input_ids, caches, attn_in=lambda layer: layer.mlp_norm, mlp_in=lambda layer: layer.attn_norm)
+
+
+@wrong("check_cached_decode", "entering each layer match", "from the end")
+def decode_final_norm_twice(model, input_ids, caches):
+    """Applies model.norm twice before lm_head: every layer right, the end wrong."""
+    return _layers(model, input_ids, caches, final=lambda model, x: model.norm(model.norm(x)))
+
+
+@wrong("check_cached_decode", "entering layer 1", "residual")
+def decode_residual_from_the_normed_input(model, input_ids, caches):
+    """x = attn_norm(x) + attention(...): the residual starts from the normalised input."""
+    return _layers(model, input_ids, caches, residual_from_norm=True)

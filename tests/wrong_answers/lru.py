@@ -201,3 +201,28 @@ class SizeCounterCountsGets(_LRU):
             return None
         self._insert(token_id, self.cache.pop(token_id))
         return self.cache[token_id]
+
+
+@wrong("check_lru_cache", "a miss", "stores nothing")
+class MissStoresAPlaceholder(_LRU):
+    """A miss inserts a None placeholder (to 'remember' the lookup), which takes a real entry's place."""
+
+    def get(self, token_id):
+        if token_id not in self.cache:
+            self.cache[token_id] = None
+            while len(self.cache) > self.max_size:
+                self.cache.popitem(last=False)
+            return None
+        return super().get(token_id)
+
+
+@wrong("check_lru_cache", "fewer than max_size", "not >=")
+class HoldsOneTooFew(_LRU):
+    """Evicts while len(cache) >= max_size after inserting: holds max_size - 1 entries (at least one)."""
+
+    def put(self, token_id, key, value):
+        if token_id in self.cache:
+            self.cache.move_to_end(token_id)
+        self.cache[token_id] = (key, value)
+        while len(self.cache) >= self.max_size and len(self.cache) > 1:
+            self.cache.popitem(last=False)
