@@ -12,7 +12,9 @@
 # %% [markdown]
 # # Lesson 0 — Why a KV cache, and why a *sliding-window* one
 #
-# **Time:** about 40 minutes, plus 10 for [exercise 02](../exercises/02_sliding_window_mask.ipynb).
+# **Time:** about 40 minutes, plus 10 for [exercise 02](../exercises/02_sliding_window_mask.ipynb). **You need:**
+# Python, PyTorch tensors and matrix products, and what attention computes, `softmax(q Kᵀ / √d) V` (Karpathy's
+# "Let's build GPT" or d2l.ai's attention chapter is enough).
 #
 # **By the end you will be able to**
 #
@@ -230,7 +232,8 @@ for n in (4096, 8192, 32768):
 # (32k context instead). Current open models mostly **mix** layer types ([references](../docs/references.md)):
 #
 # * **Gemma 2** alternates a local sliding-window layer (`W = 4096`) with a global layer, 1 : 1.
-# * **Gemma 3** uses 5 local layers (`W = 1024`) for every global one, to cut KV memory at 128k context.
+# * **Gemma 3** uses 5 local layers (`W = 1024`; 512 in the 1B model) for every global one, to cut KV memory
+#   at 128k context.
 #
 # A local layer's cache stops at `W` tokens; a global layer's grows with the context. So the memory of a
 # stack is `(L_global · T + L_local · min(T, W)) · 2 · H_kv · D · bytes`. Gemma 3 27B has 62 layers,
@@ -265,7 +268,8 @@ plt.close(fig)
 # The ten global layers hold 10 of Gemma 3's 10.4 GiB: once most layers are local, the **global** layers set
 # the memory, and the window's size hardly matters. That is why Gemma 3 raised the ratio of local layers
 # rather than only shrinking `W`. The local layers are where this course's cache lives: each of them needs
-# exactly the bounded, sliding-window cache built in lessons 1 and 3.
+# exactly the bounded, sliding-window cache built in lessons 1 and 3. Lesson 8 puts such stacks into a
+# server's memory budget, with paged blocks and 8-bit keys.
 #
 # ## 4. What sliding-window attention lets us forget
 #

@@ -13,7 +13,7 @@
 # # Lesson 1 — A sliding-window KV cache in six steps
 #
 # **Time:** about 35 minutes, plus 15 for [exercise 01](../exercises/01_sliding_window_cache.ipynb), which
-# you do in the middle of the lesson.
+# you do in the middle of the lesson. **You need:** lesson 0 (why a window bounds the cache, the convention).
 #
 # **By the end you will be able to**
 #

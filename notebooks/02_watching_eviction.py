@@ -12,7 +12,7 @@
 # %% [markdown]
 # # Lesson 2 — Watching eviction
 #
-# **Time:** about 20 minutes.
+# **Time:** about 20 minutes. **You need:** lesson 1 (the sliding-window cache).
 #
 # **By the end you will be able to**
 #
@@ -28,7 +28,8 @@
 # by hand, so if a cache had a bug, you would see it here.
 #
 # The rule being drawn is the window convention of `swkv_teach.masks`: with window `W`, the query at
-# position `i` sees the keys `j` with `i - W < j <= i`.
+# position `i` sees the keys `j` with `i - W < j <= i`. Terms such as *attention sink* or *LRU* are in the
+# [glossary](../docs/glossary.md).
 
 # %%
 # %matplotlib inline

@@ -10,24 +10,38 @@
 # ---
 
 # %% [markdown]
-# # Lesson 3 — The ring buffer: the same window without copying it
+# # Lesson 3 — The rolling buffer cache: the same window without copying it
+#
+# **Time:** about 50 minutes, plus 25 for [exercise 03](../exercises/03_ring_buffer.ipynb) and 20 for
+# [exercise 07](../exercises/07_chunk_mask.ipynb), both done where the lesson reaches them. **You need:**
+# lessons 0–2 (the convention, lesson 1's cache, slots in the explorer).
+#
+# **By the end you will be able to**
+#
+# 1. measure what the cat-and-slice cache copies, and explain why a ring buffer copies nothing;
+# 2. write a ring buffer (slot `p % W`, positions in slot order) and state its invariants;
+# 3. explain why slot order is harmless for one query, and build the position mask a chunk of queries needs;
+# 4. keep `seen` and `len(cache)` apart, and check a cache against the full-sequence oracle.
 #
 # Lesson 1's cache is correct, and it is what most people write first. Its cost hides in one line:
 # `torch.cat` allocates a new tensor and **copies the whole window** at every step. With
 # `W = 4096` that is thousands of tokens copied to add one.
 #
 # A **ring buffer** allocates `W` slots once and writes token `p` into slot `p % W`, overwriting
-# the token that just left the window. This lesson
+# the token that just left the window. The Mistral 7B paper (§2) calls it a **rolling buffer cache**: "The
+# cache has a fixed size of W, and the keys and values for the timestep i are stored in position i mod W of
+# the cache." This lesson
 #
 # 1. measures the copy the naive cache makes,
-# 2. walks through the slots step by step,
-# 3. shows why the slots' scrambled order does not matter for one query, and when a mask built
-#    from **positions** is needed,
+# 2. walks through the slots step by step, with a short readable ring next to the library's,
+# 3. shows why the slots' scrambled order does not matter for one query, and why a chunk of queries
+#    needs a mask built from **positions** (the chunk contract),
 # 4. separates `seen` (tokens ever written) from `len` (tokens stored),
 # 5. checks that nothing is allocated once the buffer is full,
 # 6. checks attention over the ring against the full-sequence oracle.
 #
 # The ring is the library's `swkv_teach.RingBufferKVCache`; a GPU helps the timings but is not needed.
+# Terms: [glossary](../docs/glossary.md); invariants and the chunk contract: [cheat sheet](../docs/cheatsheet.md).
 
 # %%
 # %matplotlib inline
@@ -42,6 +56,7 @@ from swkv_teach import (RingBufferKVCache, SlidingWindowKVCache, attention, cach
 
 torch.manual_seed(0)
 dev = swkv_teach.device()
+plt.rcParams.update({"figure.dpi": 110, "font.size": 11})  # legible figures
 
 
 def tok(x):
@@ -111,11 +126,14 @@ for name, us in timings.items():
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-fig, ax = plt.subplots(figsize=(6, 3), dpi=90)
+fig, ax = plt.subplots(figsize=(6.5, 3.6))
 for name, us in timings.items():
     ax.plot(windows, us, marker="o", label=name)
-ax.set(xscale="log", yscale="log", xlabel="window W (tokens)", ylabel="one update, microseconds (median)",
+ax.set(xscale="log", yscale="log", xlabel="window W (tokens)", ylabel="one update, µs (median)",
        title=f"one layer, {H} heads x head_dim {D}, fp32, {dev.type}")
+ax.set_xticks(windows, [str(w) for w in windows], minor=False)
+ax.minorticks_off()
+ax.grid(alpha=0.3)
 ax.legend()
 plt.show()
 plt.close(fig)
@@ -128,7 +146,55 @@ plt.close(fig)
 # after that, each new token overwrites the slot of the token that just fell out of the window,
 # which is exactly the token at position `p - W`.
 #
-# Scalar keys again: key `x` is the token at position `x - 1`; `-` marks an empty slot.
+# > **Your turn, before you read on (25 minutes).** That paragraph is the whole algorithm. Write it in
+# > [exercises/03_ring_buffer.ipynb](../exercises/03_ring_buffer.ipynb): `update`, `positions` (which
+# > position each returned key holds) and `ordered()`, graded against the library on many shapes and
+# > lengths. Then come back.
+#
+# Here is a short version written for reading; it keeps each slot's position in a plain list. (The
+# library's `RingBufferKVCache` computes positions arithmetically and is tuned for speed; it also takes
+# chunks and sinks.) Both must return the same tensors and positions at every step:
+
+# %%
+class TinyRing:
+    """A rolling buffer cache for one token per update, written to be read."""
+
+    def __init__(self, W):
+        self.W, self.seen = W, 0
+        self.k = self.v = None                 # (B, H, W, D), allocated on the first update
+        self.slot_pos = []                     # slot_pos[s]: the position slot s holds
+
+    def update(self, k_new, v_new):            # (B, H, 1, D) each
+        if self.k is None:                     # shape, dtype and device from the first token
+            B, H, _, D = k_new.shape
+            self.k, self.v = k_new.new_zeros(B, H, self.W, D), v_new.new_zeros(B, H, self.W, D)
+        s = self.seen % self.W                 # once full: the slot of the token leaving the window
+        self.k[:, :, s], self.v[:, :, s] = k_new[:, :, 0], v_new[:, :, 0]
+        if s == len(self.slot_pos):
+            self.slot_pos.append(self.seen)    # still filling
+        else:
+            self.slot_pos[s] = self.seen       # overwrite
+        self.seen += 1
+        n = len(self.slot_pos)                 # filled slots, returned in slot order
+        return self.k[:, :, :n], self.v[:, :, :n]
+
+    @property
+    def positions(self):
+        return torch.tensor(self.slot_pos)
+
+
+tiny, lib = TinyRing(4), RingBufferKVCache(4)
+same = []
+for p in range(11):
+    k_new, v_new = torch.randn(2, 3, 1, 5, device=dev), torch.randn(2, 3, 1, 5, device=dev)
+    k1, v1 = tiny.update(k_new, v_new)
+    k2, v2 = lib.update(k_new, v_new)
+    same.append(torch.equal(k1, k2) and torch.equal(v1, v2) and tiny.positions.tolist() == lib.positions.tolist())
+print("TinyRing == RingBufferKVCache at all 11 steps (keys, values, positions):", all(same))
+
+# %% [markdown]
+# Now watch the library's ring step by step. Scalar keys again: key `x` is the token at position `x - 1`;
+# `-` marks an empty slot.
 
 # %%
 W = 4
@@ -183,11 +249,29 @@ print("query", p, "may see every returned key:", window_mask([p], ring.positions
 
 # %% [markdown]
 # **A chunk of queries is different.** During prefill (or speculative decoding) several new tokens
-# arrive at once, and each of their queries has a *different* window. The cache returns the stored
-# keys the chunk's first query may still see, followed by the chunk, and `cache.positions` lists
-# their absolute positions. The mask must be built from those positions with
-# `swkv_teach.window_mask(q_positions, cache.positions, W)`, not from the keys' index in the tensor.
+# arrive at once, and each of their queries has a *different* window. The **chunk contract**: `update`
+# returns the stored keys the chunk's *first* query may still see (the last `W - 1`), followed by the
+# chunk, and `cache.positions` lists their absolute positions. The mask must be built from those positions,
+# not from the keys' index in the tensor.
 #
+# > **Your turn (20 minutes):** write that mask in
+# > [exercises/07_chunk_mask.ipynb](../exercises/07_chunk_mask.ipynb), then come back.
+#
+# Here are short, readable versions of the two library functions this lesson has been calling,
+# `window_mask` and `cached_attention` (the library's add argument checks, sinks, and PyTorch's fused SDPA):
+
+# %%
+def window_mask_readable(q_positions, k_positions, W):
+    i = torch.as_tensor(q_positions)[:, None]   # (queries, 1): one row per query
+    j = torch.as_tensor(k_positions)[None, :]   # (1, keys): in the cache's order
+    return (j <= i) & (j > i - W)               # the convention, i - W < j <= i
+
+
+def cached_attention_readable(q, k, v, q_positions, k_positions, W):
+    return attention(q, k, v, window_mask_readable(q_positions, k_positions, W).to(q.device))
+
+
+# %% [markdown]
 # Below: `W = 4`, six tokens decoded one at a time, then a chunk of three (positions 6, 7, 8).
 
 # %%
@@ -200,16 +284,19 @@ for p in range(6):
     ring.update(K[:, :, p : p + 1], V[:, :, p : p + 1])
 k, v = ring.update(K[:, :, 6:9], V[:, :, 6:9])          # the chunk
 q_pos = torch.arange(6, 9)
-mask = window_mask(q_pos, ring.positions, W)
-print("returned key positions:", ring.positions.tolist())
+mask = window_mask_readable(q_pos, ring.positions, W)
+print("returned key positions:", ring.positions.tolist(), f"(the last W - 1 = {W - 1}, then the chunk)")
 print("mask (rows: queries 6, 7, 8):")
 print(mask.int())
+print("same as the library's window_mask:", torch.equal(mask, window_mask(q_pos, ring.positions, W)))
 
 oracle = sliding_window_attention(Q, K, V, W)[:, :, 6:9]
-with_mask = cached_attention(Q[:, :, 6:9], k, v, q_pos, ring.positions, W)
+readable = cached_attention_readable(Q[:, :, 6:9], k, v, q_pos, ring.positions, W)
+library = cached_attention(Q[:, :, 6:9], k, v, q_pos, ring.positions, W)   # fused SDPA
 no_mask = attention(Q[:, :, 6:9], k, v)                  # every query sees every returned key
-print("with the position mask == oracle:", torch.allclose(with_mask, oracle, atol=1e-5))
-print("without a mask      == oracle:", torch.allclose(no_mask, oracle, atol=1e-5))
+print("readable, with the position mask == oracle:", torch.allclose(readable, oracle, atol=1e-5))
+print("library (SDPA)                   == oracle:", torch.allclose(library, oracle, atol=1e-5))
+print("without a mask                   == oracle:", torch.allclose(no_mask, oracle, atol=1e-5))
 
 # %% [markdown]
 # Query 6 must not see keys 7 and 8 (the future), and query 8 must not see keys 3 and 4 (they left
@@ -222,7 +309,10 @@ print("without a mask      == oracle:", torch.allclose(no_mask, oracle, atol=1e-
 # * `len(cache)`: tokens stored now, never more than `W`.
 #
 # Mixing the two up is a classic bug: rotate a new key by `len(cache)` and after `W` tokens every
-# key gets the same position. (Hugging Face's old `SinkCache` had a version of this mistake.)
+# new key gets the same position, `W`, so the model loses track of where it is. (Not to be confused with a
+# deliberate design: StreamingLLM, §3.2, and Hugging Face's old `SinkCache` re-rotate cached keys to their
+# positions *within the cache*, for models trained with full attention; lesson 5 and the
+# [references](../docs/references.md).)
 
 # %%
 ring = RingBufferKVCache(4)
@@ -289,10 +379,19 @@ print("ring contents (time order) == naive cache, bit for bit:", same_contents)
 # * Naive cat + slice: O(W) copy and a fresh allocation per token. Ring: two one-token writes, O(1).
 # * Token `p` lives in slot `p % W`; the returned keys are in slot order, with `positions` alongside.
 # * Order does not matter for one query, because keys carry their positions (RoPE before caching).
-#   A chunk of queries needs `window_mask(q_positions, cache.positions, W)`.
+#   A chunk of queries gets the last `W - 1` stored keys followed by the chunk, and needs
+#   `window_mask(q_positions, cache.positions, W)`.
 # * `seen` ≠ `len`: positions come from `seen`.
 # * The buffer's address and `nbytes` never change once it is full; the output matches the oracle.
 #
-# **Your turn:** [exercises/03_ring_buffer.ipynb](../exercises/03_ring_buffer.ipynb) has you write
-# the ring yourself; [exercises/05_sink_cache.ipynb](../exercises/05_sink_cache.ipynb) extends it
-# with attention sinks, a few slots pinned in front that never get overwritten.
+# Not done yet? [exercises/03_ring_buffer.ipynb](../exercises/03_ring_buffer.ipynb) (the ring) and
+# [exercises/07_chunk_mask.ipynb](../exercises/07_chunk_mask.ipynb) (the chunk mask).
+#
+# ## Going further
+#
+# * `TinyRing` returns keys in slot order. mistral-inference instead *unrotates* its cache into time order
+#   when a chunk arrives (`unrotate` in `src/mistral_inference/cache.py`), so that xFormers' bottom-right
+#   local mask, which assumes chronological keys, applies. What does that copy cost per chunk, and when is it
+#   cheaper than building a position mask?
+# * Extend `TinyRing` to chunks: what must `update` keep and return when `c > W`? Check your version against
+#   `RingBufferKVCache` and the oracle for chunks of every length from 1 to `2W + 1`.
