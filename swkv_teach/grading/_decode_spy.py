@@ -179,7 +179,15 @@ def diagnose(spy: Spy, model, completed: bool = True) -> str | None:
                 return ("you read cache.positions before cache.update: at that moment it still describes the keys of "
                         "the previous call (and is empty on the first). Call k, v = cache.update(k, v) first, then "
                         "pass cache.positions, which now matches the k that update returned, as k_positions.")
-    # 2. fewer keys given to update than new tokens: the chunk was cut
+    # 2. a layer that updates another layer's cache
+    fed = {L: sum(info["tokens"] for info in spy.kinds(L, "update")) for L in layers}
+    for L in layers:
+        if spy.kinds(L, "qkv") and not spy.kinds(L, "update") and any(n > spy.c for n in fed.values()):
+            other = next(M for M in layers if fed[M] > spy.c)
+            return (f"layer {L} never updated its own cache, while cache {other} was given {fed[other]} keys in one "
+                    f"call of {spy.c} new token{'s' if spy.c > 1 else ''}: each layer has its own cache (its keys are different): "
+                    "for layer, cache in zip(model.layers, caches).")
+    # 2b. fewer keys given to update than new tokens: the chunk was cut
     for L in layers:
         given = sum(info["tokens"] for info in spy.kinds(L, "update"))
         if spy.kinds(L, "update") and given < spy.c:

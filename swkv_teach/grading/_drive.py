@@ -259,17 +259,25 @@ def check_runs(judge_cls, cls, runs, dev, snapshot=None, earlier: bool = False) 
             raise isolate(e, judge_cls, cls, run, dev, snapshot if (earlier or n > 0) else None) from None
 
 
-def interleave(judge_cls, cls, argsets, dev) -> None:
-    """Live instances with different windows, updated in turn; each was right alone (checked before)."""
+def interleave(judge_cls, cls, argsets, dev, late: int = 5) -> None:
+    """Live instances with different windows, updated in turn; each was right alone (checked before).
+
+    The last instance is created only after the others have taken ``late`` updates each, as a model
+    making caches for a new sequence while another is still decoding: a cache whose ``__init__`` resets
+    state shared through the class (or a module-level variable) breaks the ones already running.
+    """
     judges = [judge_cls(cls, args) for args in argsets]
     names = ", ".join(f"{INSTANCES[i]} = {j.title()}" for i, j in enumerate(judges))
-    caches = []
-    for i, j in enumerate(judges):  # all alive before the first update
-        caches.append(make(f"{names}, created side by side", cls, *j.args))
+    first = [make(f"{names}, created side by side", cls, *j.args) for j in judges[:-1]]
     gens = [drive(j, Run(j.args), dev, base=STREAM * i, cache=c, label=INSTANCES[i])
-            for i, (j, c) in enumerate(zip(judges, caches))]
-    live = list(gens)
+            for i, (j, c) in enumerate(zip(judges, first))]
+    last = len(judges) - 1
     try:
+        for _ in range(late):
+            for g in gens:
+                next(g, None)
+        gens.append(drive(judges[last], Run(judges[last].args), dev, base=STREAM * last, label=INSTANCES[last]))
+        live = list(gens)
         while live:
             for g in list(live):
                 try:
@@ -278,7 +286,8 @@ def interleave(judge_cls, cls, argsets, dev) -> None:
                     live.remove(g)
     except ExerciseFailed as e:
         raise rehint(e, "each instance alone passed every run above, but with several alive at once (" + names +
-                     ") one's answers changed: state is shared between instances. Keep it on self, assigned in "
-                     "__init__; a class attribute (a buffer or list defined in the class body, or cleared in "
-                     "__init__ through the class) is one object for every instance.",
+                     f"; {INSTANCES[last]} created after the others had taken {late} updates) one's answers changed: "
+                     "state is shared between instances. Keep it on self, assigned in __init__; a class attribute "
+                     "(a buffer or list defined in the class body, or reset in __init__ through the class) or a "
+                     "module-level variable is one object for every instance.",
                      "(labels like A3 are token 3 fed to instance A)") from None

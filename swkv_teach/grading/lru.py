@@ -193,6 +193,10 @@ def diagnose(cls) -> str | None:
         return "get returns (value, key): swapped. Return the stored pair in order, (key, value)."
     # three puts into a cache of three: all three stay
     s = _probe(cls, 3, _fill(3))
+    shifted = _probe(cls, 3, [("put", i, f"k{i}", f"v{i}") for i in (1, 2, 3)])
+    if s is not None and shifted is not None and _held(s) == {1, 2} and _held(shifted) == {1, 2, 3}:
+        return ("id 0 is treated as missing: a test like `if token_id and ...` or `if not token_id` is False for "
+                "id 0. Test membership with `token_id in self.cache` (and compare with `is None`).")
     if s is not None and _held(s) != {0, 1, 2}:
         return (f"after put(0), put(1), put(2) into a cache of max_size 3, only {sorted(_held(s))} can be found: "
                 "the cache holds fewer than max_size entries. Evict only while len(cache) > max_size (not >=).")

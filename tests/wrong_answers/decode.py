@@ -211,3 +211,17 @@ def decode_final_norm_twice(model, input_ids, caches):
 def decode_residual_from_the_normed_input(model, input_ids, caches):
     """x = attn_norm(x) + attention(...): the residual starts from the normalised input."""
     return _layers(model, input_ids, caches, residual_from_norm=True)
+
+
+@wrong("check_cached_decode", "never updated its own cache", "zip(model.layers, caches)")
+def decode_first_cache_for_every_layer(model, input_ids, caches):
+    """Uses caches[0] in every layer: layer 1's keys land in layer 0's cache."""
+    start = caches[0].seen
+    pos = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
+    x = model.embed(input_ids)
+    for layer in model.layers:
+        q, k, v = layer.attn.qkv(layer.attn_norm(x), pos)
+        k, v = caches[0].update(k, v)
+        x = x + layer.attn.attend(q, k, v, pos, caches[0].positions)
+        x = x + layer.mlp(layer.mlp_norm(x))
+    return model.lm_head(model.norm(x))

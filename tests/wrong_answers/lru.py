@@ -226,3 +226,13 @@ class HoldsOneTooFew(_LRU):
         self.cache[token_id] = (key, value)
         while len(self.cache) >= self.max_size and len(self.cache) > 1:
             self.cache.popitem(last=False)
+
+
+@wrong("check_lru_cache", "id 0 is treated as missing")
+class FalsyIdZero(_LRU):
+    """get() starts with `if not token_id or token_id not in self.cache: return None`: id 0 always misses."""
+
+    def get(self, token_id):
+        if not token_id or token_id not in self.cache:
+            return None
+        return super().get(token_id)

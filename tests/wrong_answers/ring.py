@@ -285,3 +285,12 @@ class HalfPrecisionUpcast(_Ring):
         dt = torch.float32 if k_new.element_size() < 4 else k_new.dtype
         self.k_buf = torch.zeros(B, H, self.window_size, D, dtype=dt, device=k_new.device)
         self.v_buf = torch.zeros(B, H, self.window_size, D, dtype=dt, device=k_new.device)
+
+
+@wrong("check_ring_buffer_cache", "grew", "self.written")
+class PositionsFromAnEverGrowingList(_Ring):
+    """Right slots and positions, but positions come from a list of every position ever written."""
+
+    def update(self, k_new, v_new):
+        self.written = [*getattr(self, "written", []), self.seen]
+        return super().update(k_new, v_new)

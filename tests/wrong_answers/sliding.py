@@ -368,3 +368,23 @@ class FixedTwentyFourTokenBuffer:
         self.n += 1
         lo = max(0, self.n - self.W)
         return self.buf[0, :, :, lo : self.n], self.buf[1, :, :, lo : self.n]
+
+
+_CALLS = [0]  # module-level: one counter for every instance
+
+
+@wrong("check_sliding_window_cache", "shared between instances", "module-level")
+class ModuleLevelCounter:
+    """Counts updates in a module-level variable reset by __init__: a new cache shrinks one already running."""
+
+    def __init__(self, window_size):
+        self.W, self.k, self.v = window_size, None, None
+        _CALLS[0] = 0
+
+    def update(self, k_new, v_new):
+        _CALLS[0] += 1
+        self.k = k_new if self.k is None else torch.cat([self.k, k_new], dim=2)
+        self.v = v_new if self.v is None else torch.cat([self.v, v_new], dim=2)
+        n = min(_CALLS[0], self.W)
+        self.k, self.v = self.k[:, :, -n:], self.v[:, :, -n:]
+        return self.k, self.v
