@@ -273,7 +273,9 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # every cached key at every step (O(W) extra work), but it lets you assign *new* positions.
 # StreamingLLM does that with sinks: it uses positions within the cache, so the model never sees a
 # distance longer than it was trained on. That changes the model's outputs, deliberately. Classic
-# bug: rotating with `len(cache)` instead of `seen`, which freezes positions once the cache is full.
+# bug: rotating with `len(cache)` instead of `seen`, which freezes positions once the cache is full:
+# exact for the first `W + 1` tokens, wrong after ([lesson 4](04_decoding_with_the_cache.ipynb) runs it
+# on the trained model).
 #
 # </details>
 
