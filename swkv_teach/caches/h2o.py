@@ -7,7 +7,7 @@ queries), so a token that many queries used ("heavy hitter") survives long
 after it left the recent window. A token's score starts when it enters the
 cache and is dropped with it.
 
-The published cache (FMInference/H2O, ``h2o_hf/utils_real_drop/modify_llama.py``,
+The published cache (FMInference/H2O at commit ac75c2a, ``h2o_hf/utils_real_drop/modify_llama.py``,
 class ``H2OKVCache_LayerWise``, lines 242-329): ``_update_hh_score`` (lines
 317-326) sums the attention over batch and queries (``.sum(0).sum(1)``) and
 adds the old scores; ``__call__`` (lines 258-287) keeps the top ``hh_size`` of

@@ -16,10 +16,10 @@ rows at once. Its score is the attention it received **averaged over all query
 heads and batch rows** (with grouped-query attention ``q_heads`` is a multiple
 of the cache's key/value heads; averaging over query heads covers every group).
 The published code differs: TOVA's ``TOVACache.reduce`` averages over heads but
-decides per batch row (schwartz-lab-NLP/TOVA ``src/tova_cache.py`` lines 44-47),
-and H2O's ``H2OKVCache_LayerWise`` sums over batch and queries but keeps a score
-and a top-k *per head* (FMInference/H2O ``h2o_hf/utils_real_drop/modify_llama.py``
-lines 271-285 and 317-326).
+decides per batch row (schwartz-lab-NLP/TOVA at 9c7d09b, ``src/tova_cache.py``
+lines 44-47), and H2O's ``H2OKVCache_LayerWise`` sums over batch and queries but
+keeps a score and a top-k *per head* (FMInference/H2O at ac75c2a,
+``h2o_hf/utils_real_drop/modify_llama.py`` lines 271-285 and 317-326).
 
 When eviction happens (equal memory with the ring buffer)
 ---------------------------------------------------------

@@ -1,10 +1,10 @@
-"""TOVA (Oren et al. 2024, "Transformers are Multi-State RNNs"): drop the token the newest query attends to least.
+"""TOVA (Oren et al. 2024, EMNLP, "Transformers are Multi-State RNNs"): drop the token the newest query attends to least.
 
 Policy: once the cache holds ``budget`` tokens and a new one arrives, evict the
 stored token with the lowest attention weight from the most recent query,
 averaged over heads. No recent window, no sinks, no history: only the newest
-query's attention counts. The published cache (schwartz-lab-NLP/TOVA,
-``src/tova_cache.py``, ``TOVACache.reduce``, lines 31-51) averages the last
+query's attention counts. The published cache (schwartz-lab-NLP/TOVA at commit
+9c7d09b, ``src/tova_cache.py``, ``TOVACache.reduce``, lines 31-51) averages the last
 query row over heads (line 44: ``torch.mean(attn_weights[:, :, -1, :], dim=1)``)
 and keeps the top ``cache_size`` per batch row (``torch.topk`` line 45); the
 model calls ``reduce`` right after attention
@@ -13,8 +13,10 @@ model calls ``reduce`` right after attention
 How this one differs, and why:
 
 * **One decision for all heads and all batch rows.** The head average is the
-  published rule; the batch average is ours, because this cache keeps one set
-  of positions (a batch of one, as the lessons use, decides exactly as TOVA does).
+  released code's rule (whether the paper also evaluates a per-head variant we
+  could not re-read from here); the batch average is ours, because this cache
+  keeps one set of positions (a batch of one, as the lessons use, decides exactly
+  as the released cache does).
 * **Evict before writing, not after attending** (see
   :mod:`swkv_teach.caches.scored`): a query attends over ``budget`` keys and
   ``budget`` are stored, the memory of a ring buffer of that size. With one token
