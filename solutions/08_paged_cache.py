@@ -146,8 +146,8 @@ for t in range(7):
 # 4112 slots, so at most 16 slots per sequence are not in the window (0.4 %): the partly stale first block and
 # the partly unwritten last one. With block size 256 a sequence holds up to 17 blocks = 4352 slots (6 %
 # waste), but the block table is 16x shorter and each attention read is a longer contiguous run, which
-# kernels like. vLLM defaults to 16 and reports in the paper's ablation (section 7.2) that 16 to 128 work
-# well; small blocks waste less, large blocks read faster. Real engines also free against the *next*
+# kernels like. vLLM defaults to 16, the size its paper's ablation (section 7) found large enough to keep
+# the GPU busy and small enough to waste little: small blocks waste less, large blocks read faster. Real engines also free against the *next*
 # query's `W - 1` predecessors (vLLM's `remove_skipped_blocks`), one token earlier than we do.
 #
 # </details>
