@@ -28,9 +28,9 @@
 # `W = 4096` that is thousands of tokens copied to add one.
 #
 # A **ring buffer** allocates `W` slots once and writes token `p` into slot `p % W`, overwriting
-# the token that just left the window. The Mistral 7B paper (§2) calls it a **rolling buffer cache**: "The
-# cache has a fixed size of W, and the keys and values for the timestep i are stored in position i mod W of
-# the cache." This lesson
+# the token that just left the window. The Mistral 7B paper (§2) calls it a **rolling buffer cache**; in the
+# words of Mistral's reference repository, "The cache has a fixed size of W, and we store the (key, value)
+# for position i in cache position i % W." This lesson
 #
 # 1. measures the copy the naive cache makes,
 # 2. walks through the slots step by step, with a short readable ring next to the library's,
