@@ -204,3 +204,46 @@ def test_the_library_never_imports_grading():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any("grading" in n for n in names), f"{path} imports grading"
+
+
+# ------------------------------------------------------------------ what "retained memory" counts
+def test_retained_counts_each_storage_once_and_finds_memory_wherever_it_is_held():
+    import numpy as np
+
+    from swkv_teach.grading._retained import retained
+
+    buf = torch.zeros(2, 3, 8, 4)
+
+    class Node:
+        def __init__(self, payload, nxt=None):
+            self.payload, self.next = payload, nxt
+
+    class Cache:
+        shared = [torch.zeros(10)]  # class-level state counts too
+
+        def __init__(self):
+            self.k, self.v = buf[0], buf[1]  # two views of one storage: counted once
+            self.log = {"a": [torch.ones(5), (torch.ones(7),)]}
+            self.chain = Node(torch.ones(3), Node(torch.ones(2)))  # a linked list, followed to its end
+            self.copy = np.zeros(6, dtype=np.float32)
+            self.model = torch.nn.Linear(100, 100)  # a model it was handed is not its memory
+
+    r = retained(Cache())
+    assert r.float_bytes == 4 * (buf.numel() + 10 + 5 + 7 + 3 + 2 + 6)
+    assert r.containers["self.log['a']"] == 2
+
+
+def test_retained_survives_odd_objects():
+    from swkv_teach.grading._retained import retained
+
+    class Odd:
+        __slots__ = ("x", "y")
+
+        def __init__(self):
+            self.x = torch.ones(4)
+
+    class Loop:
+        def __init__(self):
+            self.me, self.odd = self, Odd()
+
+    assert retained(Loop()).float_bytes == 16

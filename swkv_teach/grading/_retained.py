@@ -74,34 +74,46 @@ def retained(obj, name: str = "self") -> Retained:
             continue
         seen.add(id(x))
         visited += 1
-        if isinstance(x, torch.Tensor):
-            if x.layout != torch.strided:
-                continue
-            st = x.untyped_storage()
-            key = (str(x.device), st.data_ptr())
-            if key not in out.storages or out.storages[key][0] < st.nbytes():
-                out.storages[key] = (st.nbytes(), x.is_floating_point() or x.is_complex(), path)
+        try:
+            _visit(out, stack, path, x)
+        except Exception:  # an odd object must not crash the check: what it holds is simply not counted
             continue
-        if isinstance(x, dict):
-            out.items += len(x)
-            out.containers[path] = len(x)
-            for k, v in list(x.items()):
-                stack.append((f"{path}[{k!r}]" if isinstance(k, (int, str)) else f"{path}[...]", v))
-                if not isinstance(k, _LEAVES):
-                    stack.append((f"{path} (a key)", k))
-        elif isinstance(x, (list, tuple, set, frozenset, deque)):
-            out.items += len(x)
-            out.containers[path] = len(x)
-            stack += [(f"{path}[{i}]", v) for i, v in enumerate(list(x))]
-        elif isinstance(x, torch.nn.Module):
-            continue  # a model the object was given is not the object's own memory
-        if hasattr(x, "__dict__") and not isinstance(x, type):
-            stack += [(f"{path}.{k}", v) for k, v in vars(x).items()]
-        for klass in type(x).__mro__:
-            for s in getattr(klass, "__slots__", ()):
-                if isinstance(s, str) and hasattr(x, s) and s not in ("__dict__", "__weakref__"):
-                    stack.append((f"{path}.{s}", getattr(x, s)))
     return out
+
+
+def _visit(out: Retained, stack: list, path: str, x) -> None:
+    """Count ``x`` and push what it references."""
+    if type(x).__module__ == "numpy" and hasattr(x, "nbytes"):  # a numpy copy is memory too
+        kind = getattr(getattr(x, "dtype", None), "kind", "")
+        out.storages[("numpy", id(x))] = (int(x.nbytes), kind in ("f", "c"), path)
+        return
+    if isinstance(x, torch.Tensor):
+        if x.layout != torch.strided:
+            return
+        st = x.untyped_storage()
+        key = (str(x.device), st.data_ptr())
+        if key not in out.storages or out.storages[key][0] < st.nbytes():
+            out.storages[key] = (st.nbytes(), x.is_floating_point() or x.is_complex(), path)
+        return
+    if isinstance(x, dict):
+        out.items += len(x)
+        out.containers[path] = len(x)
+        for k, v in list(x.items()):
+            stack.append((f"{path}[{k!r}]" if isinstance(k, (int, str)) else f"{path}[...]", v))
+            if not isinstance(k, _LEAVES):
+                stack.append((f"{path} (a key)", k))
+    elif isinstance(x, (list, tuple, set, frozenset, deque)):
+        out.items += len(x)
+        out.containers[path] = len(x)
+        stack += [(f"{path}[{i}]", v) for i, v in enumerate(list(x))]
+    elif isinstance(x, torch.nn.Module):
+        return  # a model the object was given is not the object's own memory
+    if hasattr(x, "__dict__") and not isinstance(x, type):
+        stack += [(f"{path}.{k}", v) for k, v in vars(x).items()]
+    for klass in type(x).__mro__:
+        for s in getattr(klass, "__slots__", ()):
+            if isinstance(s, str) and hasattr(x, s) and s not in ("__dict__", "__weakref__"):
+                stack.append((f"{path}.{s}", getattr(x, s)))
 
 
 def growth(before: Retained, after: Retained) -> str | None:
