@@ -407,3 +407,51 @@ def test_every_layer_observes_its_own_attention():
     a, b = (c.scores() for c in caches)
     torch.testing.assert_close(a.sum(), torch.tensor(1.0))  # the newest query's row over the 3 keys it saw
     assert not torch.equal(a, b), "both layers scored the same: one layer's weights went to both caches"
+
+
+class PublishedTOVA(KVCache):
+    """The released TOVACache's order (schwartz-lab-NLP/TOVA src/tova_cache.py): attend over the stored keys
+    plus the new ones, then keep the top ``cache_size`` of the newest query's head-averaged row (batch 1)."""
+
+    wants_attention = True
+
+    def __init__(self, cache_size):
+        self.cache_size, self.k, self.v, self.pos, self._seen = cache_size, None, None, [], 0
+
+    def update(self, k_new, v_new):
+        c = k_new.shape[2]
+        self.k = k_new if self.k is None else torch.cat([self.k, k_new], dim=2)
+        self.v = v_new if self.v is None else torch.cat([self.v, v_new], dim=2)
+        self.pos += list(range(self._seen, self._seen + c))
+        self._seen += c
+        return self.k, self.v
+
+    def observe(self, weights):
+        if len(self.pos) <= self.cache_size:
+            return
+        mean = weights[:, :, -1, :].float().mean(dim=1)[0]  # tova_cache.py line 44
+        ind = torch.sort(torch.topk(mean, self.cache_size).indices).values  # lines 45-46
+        self.k, self.v = self.k[:, :, ind], self.v[:, :, ind]
+        self.pos = [self.pos[i] for i in ind.tolist()]
+
+    positions = property(lambda self: torch.tensor(self.pos))
+    seen = property(lambda self: self._seen)
+    nbytes = property(lambda self: 0)
+    reset = __len__ = None
+
+
+@pytest.mark.parametrize("budget", [2, 4, 7])
+@pytest.mark.parametrize("prompt", [1, 5, 11])
+def test_tova_with_budget_b_decides_as_the_released_cache_with_b_minus_1(budget, prompt):
+    """Both attend over B keys per decode step: ours evicts before writing, the released code after attending."""
+    model = tiny_decoder(seed=budget)
+    ids = torch.randint(0, 32, (1, prompt + 20), generator=torch.Generator().manual_seed(prompt))
+    ours = LayerCaches([TOVAKVCache(budget) for _ in model.layers], 10_000)
+    theirs = LayerCaches([PublishedTOVA(budget - 1) for _ in model.layers], 10_000)
+    logits = [(model.step(ids[:, :prompt], ours), model.step(ids[:, :prompt], theirs))]
+    for t in range(prompt, ids.shape[1]):
+        logits.append((model.step(ids[:, t : t + 1], ours), model.step(ids[:, t : t + 1], theirs)))
+        for a, b in zip(ours, theirs):  # theirs has evicted already what ours evicts at the next step
+            assert set(b.pos) <= set(a.stored_positions().tolist()) and len(a) - len(b.pos) <= 1, f"step {t}"
+    for a, b in logits:
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
