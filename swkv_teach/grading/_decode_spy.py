@@ -185,7 +185,8 @@ def diagnose(spy: Spy, model, completed: bool = True) -> str | None:
         if spy.kinds(L, "qkv") and not spy.kinds(L, "update") and any(n > spy.c for n in fed.values()):
             other = next(M for M in layers if fed[M] > spy.c)
             return (f"layer {L} never updated its own cache, while cache {other} was given {fed[other]} keys in one "
-                    f"call of {spy.c} new token{'s' if spy.c > 1 else ''}: each layer has its own cache (its keys are different): "
+                    f"call of {spy.c} new token{'s' if spy.c > 1 else ''}: each layer has its own cache (its keys "
+                    "are different): "
                     "for layer, cache in zip(model.layers, caches).")
     # 2b. fewer keys given to update than new tokens: the chunk was cut
     for L in layers:
@@ -213,8 +214,9 @@ def diagnose(spy: Spy, model, completed: bool = True) -> str | None:
             return (f"no RoPE offset: the new tokens were rotated at positions {g}, as if each call started the "
                     f"sequence; they sit at {exp}. Start at caches[0].seen, read before the update.")
         if g == list(range(stored, stored + spy.c)):
-            return (f"RoPE positions from len(cache): {g} instead of {exp}. Once the window is full len(cache) stops at "
-                    "W while positions keep growing; use caches[0].seen (tokens seen), read before the update.")
+            return (f"RoPE positions from len(cache): {g} instead of {exp}. Once the window is full len(cache) "
+                    "stops at W while positions keep growing; use caches[0].seen (tokens seen), read before the "
+                    "update.")
         return f"the positions given to attn.qkv were {g}; the new tokens sit at {exp} (caches[0].seen onwards)."
     # 4. what attend was given
     for L in layers:
@@ -222,7 +224,8 @@ def diagnose(spy: Spy, model, completed: bool = True) -> str | None:
         for i, info in enumerate(attends):
             up = ups[i] if len(ups) == len(attends) else (ups[-1] if ups else None)
             if info["window_size"] is not None and info["window_size"] != cfg.window_size:
-                wider = "your queries attend to keys outside the window. " if info["window_size"] > cfg.window_size else ""
+                wider = ("your queries attend to keys outside the window. "
+                         if info["window_size"] > cfg.window_size else "")
                 return (f"{wider}Layer {L} called attend with window_size={info['window_size']}: the model's window "
                         f"is {cfg.window_size}; leave window_size out and attend masks with the model's own.")
             if info["q_positions"] != exp and sorted(set(info["q_positions"]) - set(exp)) and \

@@ -76,6 +76,10 @@ def _dropped_zeros(got: list, exp: list) -> bool:
     return len(got) < len(exp) and [g for g in got if g != "0"] == [e for e in exp if e != "0"]
 
 
+def _hard_coded(n: int, W: int) -> str:
+    return f"your cache keeps {n} tokens but window_size is {W}: is the window hard-coded? Use self.window_size."
+
+
 def _window_hint(got: list, exp: list, seen: int, W: int, more: list, zeros: bool = False) -> tuple[str, bool]:
     """Why a sliding-window cache returned ``got`` instead of ``exp`` after ``seen`` tokens; (hint, generic).
 
@@ -107,12 +111,12 @@ def _window_hint(got: list, exp: list, seen: int, W: int, more: list, zeros: boo
         if n == W + 1:
             return (f"off by one: you keep W + 1 = {n} tokens; the window holds exactly W = {W} "
                     "(evict when shape[2] > window_size, then keep [-window_size:])."), False
-        return f"your cache keeps {n} tokens but window_size is {W}: is the window hard-coded? Use self.window_size.", False
+        return _hard_coded(n, W), False
     if n < len(exp) and (n == 0 or got == history[-n:]):
         if n == W - 1:
             return (f"off by one: you keep W - 1 = {n} tokens; the window holds exactly W = {W}, the new token "
                     "included (i - W < j <= i)."), False
-        return f"your cache keeps {n} tokens but window_size is {W}: is the window hard-coded? Use self.window_size.", False
+        return _hard_coded(n, W), False
     if seen - 1 not in got and got == history[:n]:
         return "you kept the oldest tokens and dropped the newest: evict from the front (keep [-W:], not [:W]).", False
     if seen - 1 not in got:
@@ -313,7 +317,8 @@ class RingJudge(Judge):
 
 
 def check_ring_buffer_cache(cls) -> None:
-    """Exercise 03: ``RingBufferKVCache(window_size)``: one-token ``update`` in slot order, ``positions``, ``ordered()``."""
+    """Exercise 03: ``RingBufferKVCache(window_size)``: one-token ``update`` in slot order, ``positions``,
+    ``ordered()``."""
     dev = pick_device()
     check_runs(RingJudge, cls, RING_RUNS, dev, pristine(cls))
     interleave(RingJudge, cls, LIVE, dev)

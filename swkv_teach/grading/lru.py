@@ -38,7 +38,8 @@ class _Script:
         self.mine = call(self.title, f"{_name(cls)}({max_size})", cls, max_size)
         for m in ("put", "get"):
             if not callable(getattr(self.mine, m, None)):
-                raise fail(self.title, f"{_name(cls)}({max_size}) gave a {type(self.mine).__name__} with no {m}() method.",
+                raise fail(self.title,
+                           f"{_name(cls)}({max_size}) gave a {type(self.mine).__name__} with no {m}() method.",
                            hint="pass the class itself to the check, with put(token_id, key, value) and get(token_id).")
         self.oracle = LRUKVCache(max_size)
         self.cls, self.max_size, self.log = cls, max_size, []  # log: the calls so far, to rebuild a twin
@@ -226,8 +227,9 @@ def diagnose(cls) -> str | None:
     s = _probe(cls, 3, [*_fill(3), ("get", 0), ("get", 1), ("get", 2), ("get", 0), ("put", 3, "k3", "v3")])
     if s is not None and len(_held(s)) < 3:
         return (f"after put(0..2), four gets and put(3) on a cache of max_size 3, a copy of yours finds only "
-                f"{len(_held(s))} of the 3 ids a right LRU holds (2, 0, 3): its capacity shrinks after gets. Do gets count as insertions (a size counter a get increments, "
-                "or a second list that a get appends to)? Count entries with len(the dict).")
+                f"{len(_held(s))} of the 3 ids a right LRU holds (2, 0, 3): its capacity shrinks after gets. Do gets "
+                "count as insertions (a size counter a get increments, or a second list that a get appends to)? "
+                "Count entries with len(the dict).")
     return None
 
 
