@@ -230,6 +230,7 @@ def test_retained_counts_each_storage_once_and_finds_memory_wherever_it_is_held(
 
     r = retained(Cache())
     assert r.float_bytes == 4 * (buf.numel() + 10 + 5 + 7 + 3 + 2 + 6)
+    assert r.float_elements == buf.numel() + 10 + 5 + 7 + 3 + 2 + 6
     assert r.containers["self.log['a']"] == 2
 
 

@@ -115,9 +115,8 @@ def steps_for(capacity: int) -> int:
 
 def _bounded(case: str, cache, capacity: int, k_new: torch.Tensor):
     """At most ``capacity`` tokens of keys and values (plus one each of slack), whatever holds them."""
-    per_token = k_new.numel() * k_new.element_size()
     r = retained(cache)
-    tokens = r.float_bytes / per_token
+    tokens = r.float_elements / k_new.numel()  # counted in numbers, so any precision a cache stores in is fair
     # slack of one token each for k and v: the seed's slice is a view of a W + 1 token cat
     if tokens > 2 * capacity + 2:
         raise fail(case, f"the cache holds {tokens:g} tokens' worth of keys and values (all it keeps alive); at most "
@@ -131,7 +130,7 @@ def _bounded(case: str, cache, capacity: int, k_new: torch.Tensor):
 def _biggest(r) -> str:
     """The attribute (``self.x`` or ``Class.x``) under which most floating-point bytes are kept."""
     per: dict = {}
-    for nbytes, is_float, path in r.storages.values():
+    for nbytes, is_float, path, _ in r.storages.values():
         if is_float:
             top = re.match(r"[^.\[]+(?:\.[A-Za-z_0-9]+)?", path).group(0)
             per[top] = per.get(top, 0) + nbytes

@@ -32,17 +32,22 @@ _LIMIT = 200_000  # objects visited at most: a walk must stay fast however odd t
 class Retained:
     """Totals for one object: tensor storages (key ``(device, data_ptr)``), float bytes, container items."""
 
-    storages: dict = field(default_factory=dict)  # (device, ptr) -> (nbytes, is_float, path)
+    storages: dict = field(default_factory=dict)  # (device, ptr) -> (nbytes, is_float, path, itemsize)
     items: int = 0
     containers: dict = field(default_factory=dict)  # path -> len, the biggest few kept for messages
 
     @property
     def float_bytes(self) -> int:
-        return sum(n for n, is_float, _ in self.storages.values() if is_float)
+        return sum(n for n, is_float, _, _ in self.storages.values() if is_float)
+
+    @property
+    def float_elements(self) -> int:
+        """Floating-point numbers held, whatever their precision (a float32 copy of float16 keys is one each)."""
+        return sum(n // size for n, is_float, _, size in self.storages.values() if is_float)
 
     @property
     def all_bytes(self) -> int:
-        return sum(n for n, _, _ in self.storages.values())
+        return sum(n for n, _, _, _ in self.storages.values())
 
     def holds_storage(self, t: torch.Tensor) -> str | None:
         """The path of what this object keeps that shares ``t``'s memory, or None."""
@@ -85,7 +90,7 @@ def _visit(out: Retained, stack: list, path: str, x) -> None:
     """Count ``x`` and push what it references."""
     if type(x).__module__ == "numpy" and hasattr(x, "nbytes"):  # a numpy copy is memory too
         kind = getattr(getattr(x, "dtype", None), "kind", "")
-        out.storages[("numpy", id(x))] = (int(x.nbytes), kind in ("f", "c"), path)
+        out.storages[("numpy", id(x))] = (int(x.nbytes), kind in ("f", "c"), path, max(1, int(x.itemsize)))
         return
     if isinstance(x, torch.Tensor):
         if x.layout != torch.strided:
@@ -93,7 +98,7 @@ def _visit(out: Retained, stack: list, path: str, x) -> None:
         st = x.untyped_storage()
         key = (str(x.device), st.data_ptr())
         if key not in out.storages or out.storages[key][0] < st.nbytes():
-            out.storages[key] = (st.nbytes(), x.is_floating_point() or x.is_complex(), path)
+            out.storages[key] = (st.nbytes(), x.is_floating_point() or x.is_complex(), path, x.element_size())
         return
     if isinstance(x, dict):
         out.items += len(x)

@@ -129,6 +129,21 @@ class TimeMajorTransposed:
         return self.k.permute(1, 2, 0, 3), self.v.permute(1, 2, 0, 3)
 
 
+@right("check_sliding_window_cache")
+class StoresInAtLeastFloat32:
+    """Keeps 16-bit tokens as float32 internally (exact), and returns them in the caller's dtype."""
+
+    def __init__(self, window_size):
+        self.W, self.k, self.v = window_size, None, None
+
+    def update(self, k_new, v_new):
+        wide = torch.promote_types(k_new.dtype, torch.float32)
+        k, v = k_new.to(wide), v_new.to(wide)
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)[:, :, -self.W :]
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)[:, :, -self.W :]
+        return self.k.to(k_new.dtype), self.v.to(k_new.dtype)
+
+
 # ---------------------------------------------------------------- 03 ring buffer
 @right("check_ring_buffer_cache")
 class RingWithCopyInto:
