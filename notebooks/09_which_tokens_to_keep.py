@@ -122,7 +122,8 @@ for t in range(8):
 # * **sinks + window**: 4 attention sinks and a window of `B - 4` (lesson 5);
 # * **LRU, read by attention**: the blog's LRU cache (`LRUKVCache(B)`), where a "use" is the key each step's
 #   query attends to most: it is `get`, which promotes it. Without reads LRU is exactly the window (lesson 5);
-# * **H2O** with `recent = B // 2` (half recent, half heavy hitters, the split of the H2O paper's experiments);
+# * **H2O** with `recent = B // 2` (half recent, half heavy hitters: the equal split of H2O's own scripts,
+#   `--heavy_ratio 0.1 --recent_ratio 0.1` in `h2o_hf/scripts/lm_eval/h2o.sh`);
 # * **TOVA**.
 #
 # Every policy keeps the model's own mask rule, its trained window of 64: a kept token older than that is
