@@ -262,8 +262,8 @@ print("query", p, "may see every returned key:", window_mask([p], ring.positions
 
 # %%
 def window_mask_readable(q_positions, k_positions, W):
-    i = torch.as_tensor(q_positions)[:, None]   # (queries, 1): one row per query
-    j = torch.as_tensor(k_positions)[None, :]   # (1, keys): in the cache's order
+    i = torch.as_tensor(q_positions)[:, None]                   # (queries, 1): one row per query
+    j = torch.as_tensor(k_positions, device=i.device)[None, :]  # (1, keys): in the cache's order
     return (j <= i) & (j > i - W)               # the convention, i - W < j <= i
 
 
@@ -283,11 +283,11 @@ ring = RingBufferKVCache(W)
 for p in range(6):
     ring.update(K[:, :, p : p + 1], V[:, :, p : p + 1])
 k, v = ring.update(K[:, :, 6:9], V[:, :, 6:9])          # the chunk
-q_pos = torch.arange(6, 9)
+q_pos = torch.arange(6, 9, device=dev)
 mask = window_mask_readable(q_pos, ring.positions, W)
 print("returned key positions:", ring.positions.tolist(), f"(the last W - 1 = {W - 1}, then the chunk)")
 print("mask (rows: queries 6, 7, 8):")
-print(mask.int())
+print(mask.int().cpu())
 print("same as the library's window_mask:", torch.equal(mask, window_mask(q_pos, ring.positions, W)))
 
 oracle = sliding_window_attention(Q, K, V, W)[:, :, 6:9]
