@@ -274,6 +274,7 @@ def test_bad_sizes_name_the_argument(build, err, words):
         (lambda n: torch.ones(B, H, 2, n), ValueError, "queries=1"),
         (lambda n: torch.ones(B + 1, H, 1, n), ValueError, f"batch={B}"),
         (lambda n: torch.ones(B, H + 1, 1, n), ValueError, f"multiple of {H}"),
+        (lambda n: torch.ones(B, 0, 1, n), ValueError, f"multiple of {H}"),
         (lambda n: torch.ones(H, 1, n), ValueError, "got shape"),
         (lambda n: torch.ones(B, H, 1, n, dtype=torch.long), TypeError, "floating"),
         (lambda n: [[0.5]], TypeError, "floating"),

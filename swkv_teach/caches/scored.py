@@ -204,6 +204,7 @@ class ScoredKVCache(KVCache):
         if (
             weights.dim() != 4
             or shape[0] != batch
+            or shape[1] < 1
             or shape[1] % heads
             or shape[2] != want[2]
             or shape[3] != want[3]
