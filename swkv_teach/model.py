@@ -85,10 +85,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
-            # the three lines below in one fused op (7 ops -> 1 per norm, 5 norms a step); in float32 there
-            # is no cast between them, and test_model checks the two agree bit for bit
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        w = self.weight
+        if x.dtype == w.dtype == torch.float32:
+            # the three lines below in one call (a decode step has 5 norms); in float32 there is no
+            # cast between them to keep, and tests/test_fast_path.py checks the two agree bit for bit
+            return F.rms_norm(x, w.shape, w, self.eps)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
@@ -108,7 +109,7 @@ def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dt
     ``d`` and ``d + head_dim/2`` rotate together.
     """
     inv_freq = _inv_freq(head_dim, float(theta), positions.device)
-    freqs = positions.float()[:, None] * inv_freq[None, :]  # (T, head_dim/2)
+    freqs = torch.outer(positions.float(), inv_freq)  # (T, head_dim/2): position × frequency
     emb = torch.cat((freqs, freqs), dim=-1)  # (T, head_dim)
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
@@ -121,6 +122,17 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate ``x`` ``(B, H, T, head_dim)`` by the angles in ``cos``/``sin`` ``(T, head_dim)``."""
     return x * cos + _rotate_half(x) * sin
+
+
+def _stack_on_load(state_dict: dict, prefix: str, fused: str, parts: tuple[str, ...]) -> None:
+    """Load separate projections (Hugging Face's names, older checkpoints) into the fused one, rows stacked.
+
+    A fused ``Linear`` whose rows are ``parts``' rows one after the other
+    computes the same outputs, concatenated; the model splits them back.
+    """
+    names = [f"{prefix}{part}.weight" for part in parts]
+    if all(name in state_dict for name in names):
+        state_dict[f"{prefix}{fused}.weight"] = torch.cat([state_dict.pop(name) for name in names])
 
 
 class Attention(nn.Module):
@@ -137,11 +149,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(c.n_heads * c.head_dim, c.dim, bias=False)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # q_proj/k_proj/v_proj (Hugging Face's names, and checkpoints saved before the fused projection):
-        # stacking them in qkv_proj's row order gives the same q, k and v
-        parts = [f"{prefix}{name}.weight" for name in ("q_proj", "k_proj", "v_proj")]
-        if all(p in state_dict for p in parts):
-            state_dict[f"{prefix}qkv_proj.weight"] = torch.cat([state_dict.pop(p) for p in parts])
+        _stack_on_load(state_dict, prefix, "qkv_proj", ("q_proj", "k_proj", "v_proj"))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def qkv(
@@ -250,12 +258,17 @@ class MLP(nn.Module):
 
     def __init__(self, config: DecoderConfig):
         super().__init__()
-        self.gate_proj = nn.Linear(config.dim, config.hidden_dim, bias=False)
-        self.up_proj = nn.Linear(config.dim, config.hidden_dim, bias=False)
+        # gate and up from one matmul: rows [0, hidden) are Hugging Face's gate_proj, the rest its up_proj
+        self.gate_up_proj = nn.Linear(config.dim, 2 * config.hidden_dim, bias=False)
         self.down_proj = nn.Linear(config.hidden_dim, config.dim, bias=False)
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        _stack_on_load(state_dict, prefix, "gate_up_proj", ("gate_proj", "up_proj"))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Block(nn.Module):

@@ -11,8 +11,9 @@
 * The grouped read (a group's query heads as queries of their key head) equals
   the masked, general ``attend``.
 * RMSNorm's fused float32 path is the spelled-out formula, bit for bit.
-* The fused q/k/v projection loads state dicts with separate ``q_proj``,
-  ``k_proj``, ``v_proj`` (Hugging Face's names, older checkpoints).
+* The fused q/k/v and gate/up projections load state dicts with separate
+  ``q_proj``, ``k_proj``, ``v_proj``, ``gate_proj``, ``up_proj`` (Hugging
+  Face's names, older checkpoints).
 
 Window convention: swkv_teach.masks (query ``i`` sees keys ``i - W < j <= i``).
 """
@@ -235,25 +236,33 @@ def test_qkv_with_angles_made_once_equals_qkv_computing_them():
         assert torch.equal(a, b)
 
 
-def test_separate_q_k_v_projections_load_into_the_fused_one():
-    """Hugging Face's names (and checkpoints saved before the fusion) load: same weights, same logits."""
-    model = make_model(n_heads=4, n_kv_heads=1, head_dim=8)
+def test_separate_projections_load_into_the_fused_ones():
+    """Hugging Face's names (q_proj, k_proj, v_proj; gate_proj, up_proj), as in checkpoints saved before
+    the fusion, load: same weights, same logits. A missing part is refused, naming the fused weight."""
+    model = make_model(n_heads=4, n_kv_heads=1, head_dim=8, hidden_dim=40)
     c = model.config
     split = {}
     for name, t in model.state_dict().items():
         if name.endswith("qkv_proj.weight"):
-            q, k, v = t.split([c.n_heads * c.head_dim, c.head_dim, c.head_dim])
             base = name[: -len("qkv_proj.weight")]
-            split.update({base + "q_proj.weight": q, base + "k_proj.weight": k, base + "v_proj.weight": v})
+            parts = zip(("q_proj", "k_proj", "v_proj"), t.split([c.n_heads * c.head_dim, c.head_dim, c.head_dim]))
+        elif name.endswith("gate_up_proj.weight"):
+            base = name[: -len("gate_up_proj.weight")]
+            parts = zip(("gate_proj", "up_proj"), t.split([c.hidden_dim, c.hidden_dim]))
         else:
             split[name] = t
+            continue
+        split.update({f"{base}{part}.weight": w.clone() for part, w in parts})
+    assert "layers.1.attn.k_proj.weight" in split and "layers.0.mlp.up_proj.weight" in split
     fresh = Decoder(c)
     fresh.load_state_dict(split)
     ids = random_ids(3 * W)
     assert torch.equal(fresh(ids), model(ids))
-    incomplete = {n: t for n, t in split.items() if not n.endswith("layers.0.attn.v_proj.weight")}
-    with pytest.raises(RuntimeError, match="qkv_proj.weight"):
-        Decoder(c).load_state_dict(incomplete)
+    for missing, fused in (("layers.0.attn.v_proj.weight", "qkv_proj.weight"), ("layers.1.mlp.gate_proj.weight",
+                                                                                  "gate_up_proj.weight")):
+        incomplete = {n: t for n, t in split.items() if n != missing}
+        with pytest.raises(RuntimeError, match=fused):
+            Decoder(c).load_state_dict(incomplete)
 
 
 def test_unmasked_read_matches_sdpa_with_repeated_keys():
