@@ -158,8 +158,9 @@ for x in [1.0, 2.0, 3.0, 4.0, 5.0]:
 #
 # > **Your turn, before you read on (15 minutes).** You now have everything the finished class needs.
 # > Open [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb), write the
-# > whole class (steps 1–5) yourself and run its check cell: it grades your cache against the library's on
-# > many shapes, dtypes and lengths. Then come back and compare with the code below.
+# > whole class (steps 1–5: return what the cache holds *after* evicting) yourself and run its check cell:
+# > it grades your cache against the library's on many shapes, dtypes and lengths. Then come back and
+# > compare with the code below; step 5 shows what goes wrong if you return before evicting.
 
 # %%
 class SlidingWindowKVCache:
