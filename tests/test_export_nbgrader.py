@@ -178,3 +178,10 @@ def test_nbgrader_autograde_gives_zero_to_the_wrong_exercise_only(gradebook):
     points = gradebook[0]["wrong"]
     assert points["02_sliding_window_mask"] == {"02": 0}
     assert points["03_ring_buffer"] == {"03": EXERCISES["03"].points}
+
+
+def test_export_names_its_platforms(capsys):
+    from swkv_teach.grading.export import main as export
+
+    assert export(["-h"]) == 0 and "nbgrader" in capsys.readouterr().out
+    assert export(["moodle"]) == 2 and "unknown platform 'moodle'" in capsys.readouterr().err

@@ -20,8 +20,12 @@ PLATFORMS = {
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in PLATFORMS:
-        print(__doc__.strip().split("\n\n")[1], file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+        helping = bool(argv) and argv[0] in ("-h", "--help")
+        usage = "usage: swkv-teach export PLATFORM OUT [OPTIONS]\n\n" + __doc__.strip().split("\n\n")[1]
+        if argv and not helping:
+            usage += f"\n\nswkv-teach export: unknown platform {argv[0]!r} (nbgrader or gradescope)"
+        print(usage, file=sys.stdout if helping else sys.stderr)
+        return 0 if helping else 2
     return importlib.import_module(PLATFORMS[argv[0]]).main(argv[1:]) or 0
 
 

@@ -105,7 +105,7 @@ def _exercise_ids(spec: str | None, default: list[str] | None = None) -> list[st
     ids = [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [i for i in ids if i not in EXERCISES]
     if unknown or not ids:
-        raise ValueError(f"--exercises must name exercises in EXERCISES ({', '.join(EXERCISES)}); got {spec!r}")
+        raise ValueError(f"--exercises must name exercises in EXERCISES ({', '.join(sorted(EXERCISES))}); got {spec!r}")
     return sorted(set(ids))
 
 
