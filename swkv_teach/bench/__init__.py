@@ -28,7 +28,7 @@ judged in every run.
 ``--json PATH`` (and :func:`run`) gives one dict:
 
 * ``env``: python, torch, transformers (None if absent), device, device_name, threads, cpu_count, platform;
-* ``config``: windows, batch, heads, head_dim, dtype, steps, repeats, decode_steps, quick, num_sinks,
+* ``config``: windows, batch, heads, head_dim, dtype, steps, repeats, decode_steps, decode_repeats, quick, num_sinks,
   targets_judged, memory_steps (None: the default, ``10·W`` on CUDA in a full run);
 * ``updates``: a row per (window, cache) with ``us`` {median, min, max, samples} per update,
   ``ratio_to_ring``, ``share_of_step`` (update / (update + SDPA read)), ``bytes_held``,
@@ -60,8 +60,10 @@ from swkv_teach.device import device as default_device
 
 __all__ = ["main", "run"]
 
-FULL = dict(windows=[64, 256, 1024, 4096], steps=20, repeats=7, repeat_s=0.05, decode_steps=32)
-QUICK = dict(windows=[8, 32], steps=5, repeats=3, repeat_s=0.002, decode_steps=4)
+# decode: many short repeats, taken in turn, so the ratios of whole steps (a few % apart at small W,
+# where the cache update is a small part of a step) are judged on load every implementation shared
+FULL = dict(windows=[64, 256, 1024, 4096], steps=20, repeats=7, repeat_s=0.05, decode_steps=16, decode_repeats=21)
+QUICK = dict(windows=[8, 32], steps=5, repeats=3, repeat_s=0.002, decode_steps=4, decode_repeats=3)
 
 
 def _hf_missing() -> str | None:
@@ -88,7 +90,8 @@ def run(
     """Measure everything; return the result dict that ``--json`` writes (see the module docstring).
 
     ``steps``: at least this many calls per timed repeat (fast calls get more, so a repeat lasts
-    ~50 ms, 2 ms with ``quick``); decode times 32 tokens per repeat (4 with ``quick``, ``steps`` when given).
+    ~50 ms, 2 ms with ``quick``); decode times 21 repeats of 16 tokens (3 of 4 with ``quick``; ``steps``
+    and ``repeats`` when given).
     ``threads``: torch's intra-op threads for the run (restored after); on a busy machine 1 is steadier.
     ``memory_steps``: the long decode run's length (default ``10·W`` on CUDA without ``quick``; none
     elsewhere).
@@ -110,6 +113,7 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
     steps = steps or preset["steps"]
     repeats = repeats or preset["repeats"]
     decode_steps = preset["decode_steps"] if steps == preset["steps"] else max(2, steps)
+    decode_repeats = preset["decode_repeats"] if repeats == preset["repeats"] else repeats
     dev = default_device() if device in (None, "auto") else torch.device(device)
     torch_dtype = getattr(torch, dtype)
     notes = []
@@ -163,7 +167,8 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
                 # the long run with memory readings: 10·W steps on CUDA in a full run (quick skips it)
                 long_run = memory_steps if memory_steps is not None else (
                     10 * W if dev.type == "cuda" and not quick else None)
-                decode_rows += decode_mod.decode_rows(W, torch_dtype, dev, decode_steps, repeats, batch, long_run)
+                decode_rows += decode_mod.decode_rows(W, torch_dtype, dev, decode_steps, decode_repeats, batch,
+                                                      long_run)
                 if bar is not None:
                     bar.update()
     if bar is not None:
@@ -173,7 +178,8 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
     return {
         "env": environment(dev),
         "config": {"windows": windows, "batch": batch, "heads": heads, "head_dim": head_dim, "dtype": dtype,
-                   "steps": steps, "repeats": repeats, "decode_steps": decode_steps, "quick": quick,
+                   "steps": steps, "repeats": repeats, "decode_steps": decode_steps,
+                   "decode_repeats": decode_repeats, "quick": quick,
                    "num_sinks": NUM_SINKS, "targets_judged": judged, "memory_steps": memory_steps},
         "updates": updates,
         "attention": attention,
