@@ -55,8 +55,8 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 # * **Windows 1 to 8, runs of `4 W + 3` tokens**, so `W - 1`, `W`, `W + 1` and long after are all crossed.
 # * **Keys and values that are all zeros** are ordinary tokens.
 # * **Several caches alive at once** (a model keeps one per layer): keep all state on `self`.
-# * **Bounded memory**: everything your object keeps (any attribute, list or dict) stays at most `W` tokens
-#   of keys and values, and stops growing once the window is full.
+# * **Bounded memory**: everything your object keeps (any attribute, list or dict) stops growing once the
+#   window is full; holding more than twice the window's keys and values counts as not evicting.
 # * The caller's `k_new` and `v_new` are never written to.
 #
 # <details><summary>Hint 1</summary>

@@ -114,14 +114,19 @@ def steps_for(capacity: int) -> int:
 
 
 def _bounded(case: str, cache, capacity: int, k_new: torch.Tensor):
-    """At most ``capacity`` tokens of keys and values (plus one each of slack), whatever holds them."""
+    """At most twice ``capacity`` tokens of keys and values, whatever holds them.
+
+    Twice, not once: a cache may keep a spare copy (the chronological copy it last handed out, a double
+    buffer that trims every W steps) and still be flat. What must not happen is growth, which
+    :func:`_flat` checks over many steps; this bound only names a cache that stores everything early.
+    Counted in numbers held, so a cache may keep 16-bit tokens in float32.
+    """
     r = retained(cache)
-    tokens = r.float_elements / k_new.numel()  # counted in numbers, so any precision a cache stores in is fair
-    # slack of one token each for k and v: the seed's slice is a view of a W + 1 token cat
-    if tokens > 2 * capacity + 2:
-        raise fail(case, f"the cache holds {tokens:g} tokens' worth of keys and values (all it keeps alive); at most "
-                   f"{2 * capacity} (keys and values of {capacity} tokens) should be kept. Most of it is in "
-                   f"{_biggest(r)}.",
+    tokens = r.float_elements / k_new.numel()
+    if tokens > 4 * capacity + 2:  # + 2: the seed's slice is a view of a W + 1 token cat
+        raise fail(case, f"the cache holds {tokens:g} tokens' worth of keys and values (all it keeps alive); a window "
+                   f"of {capacity} needs {2 * capacity} (keys and values), and more than twice that means it is "
+                   f"not evicting. Most of it is in {_biggest(r)}.",
                    hint="evict: the memory must stay flat however many tokens arrive. Returning the last W is "
                    "not enough if the cache still stores everything (in any attribute, list or dict).")
     return r

@@ -20,7 +20,6 @@ from swkv_teach.device import device as pick_device
 from swkv_teach.grading._drive import BF16, F16, F64, SHAPE0, Judge, Run, Step, check_runs, interleave, make, pristine
 from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint
 from swkv_teach.grading._report import learner_name as _name
-from swkv_teach.grading._retained import retained
 from swkv_teach.grading._tokens import as_positions, check_kind, labels, read_positions, token, unpack_kv
 
 _make = make  # the name other graders used
@@ -296,6 +295,7 @@ class RingJudge(Judge):
 
     def _ordered(self, s: Step) -> None:
         ok, ov = unpack_kv(s.case, call(s.case, "ordered()", lambda: s.cache.ordered()), what="ordered()")
+        self.changed_since(s)
         eok, eov = self.oracle.ordered()
         check_kind(s.case, ok, ov, s.k_new, what="ordered()")
         if not (torch.equal(ok, eok) and torch.equal(ov, eov)):
@@ -306,14 +306,25 @@ class RingJudge(Judge):
                         "ordered() read the slots that positions describes?")
             raise fail(s.case, "ordered() should return the stored keys chronologically, oldest first:",
                        expected=labels(eok, base=s.base), got=got_o, hint=hint)
-        kept = retained(s.cache)
-        for name, t in (("keys", ok), ("values", ov)):
-            holder = kept.holds_storage(t)
-            if holder is not None:
-                raise fail(s.case, f"ordered() returned {name} that share memory with {holder}, which your cache "
-                           "keeps: a view, not a copy. The next update would change what the caller holds.",
-                           hint="ordered() must return a copy: index_select (or .clone()) makes new memory; "
-                           "slicing, narrow, permute or returning the buffer itself do not.")
+        for name, t, buf in (("keys", ok, s.k), ("values", ov, s.v)):
+            if t.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr():
+                raise fail(s.case, f"ordered() returned {name} that share memory with the buffer update() returns: "
+                           "a view, not a copy. The next update would change what the caller holds.", hint=_COPY)
+        self.prev = (s.p, ok, ok.clone(), ov, ov.clone())
+
+    def changed_since(self, s: Step) -> None:
+        """What ordered() returned at the previous step must not have changed with this update and ordered()."""
+        if getattr(self, "prev", None) is None:
+            return
+        p, ok, ok0, ov, ov0 = self.prev
+        if not (torch.equal(ok, ok0) and torch.equal(ov, ov0)):
+            raise fail(s.case, f"the tensors ordered() returned after step {p + 1} changed when update() was called "
+                       "again (and ordered() after it): they are a view of something your cache writes into, not "
+                       "a copy.", hint=_COPY)
+
+
+_COPY = ("ordered() must return a copy: index_select (or .clone()) makes new memory; slicing, narrow, permute or "
+         "returning the buffer itself do not.")
 
 
 def check_ring_buffer_cache(cls) -> None:

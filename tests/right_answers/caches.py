@@ -233,6 +233,15 @@ class OneSharedBufferRing:
         return self.buf[0].index_select(2, order), self.buf[1].index_select(2, order)
 
 
+@right("check_ring_buffer_cache")
+class RingKeepingItsLastOrdered(OneSharedBufferRing):
+    """ordered() keeps the copy it returned on self (a cache of it): still a copy, never written into."""
+
+    def ordered(self):
+        self.last_ordered = super().ordered()
+        return self.last_ordered
+
+
 # ---------------------------------------------------------------- 05 sinks
 @right("check_sink_cache")
 class ChronologicalSinks:

@@ -294,3 +294,17 @@ class PositionsFromAnEverGrowingList(_Ring):
     def update(self, k_new, v_new):
         self.written = [*getattr(self, "written", []), self.seen]
         return super().update(k_new, v_new)
+
+
+@wrong("check_ring_buffer_cache", "changed when update() was called", "copy")
+class OrderedViewOfAScratchBuffer(_Ring):
+    """ordered() writes the chronological order into one scratch buffer and returns it: the next call overwrites it."""
+
+    def ordered(self):
+        if getattr(self, "scratch", None) is None or self.scratch[0].shape != self.k_buf.shape:
+            self.scratch = (torch.empty_like(self.k_buf), torch.empty_like(self.v_buf))
+        order = torch.argsort(self.positions).to(self.k_buf.device)
+        n = len(order)
+        torch.index_select(self.k_buf, 2, order, out=self.scratch[0][:, :, :n])
+        torch.index_select(self.v_buf, 2, order, out=self.scratch[1][:, :, :n])
+        return self.scratch[0][:, :, :n], self.scratch[1][:, :, :n]
