@@ -302,6 +302,30 @@ def _one(fn, title, scores, weights, positions, budget, recent, device):
         raise _diagnose(case, args_cpu, got_pos, got_sc, exp_pos, exp_sc, rtol, atol)
 
 
+def _stream(fn, device, steps: int = 40) -> None:
+    """A cache's life: each step feeds the keys kept so far (in slot order) plus new tokens, checked every step.
+
+    The next step starts from the library's answer, so the message names the first step that differs.
+    """
+    gen, rng = torch.Generator().manual_seed(11), random.Random(11)
+    budget, recent = 6, 2
+    positions, scores, seen = torch.zeros(0, dtype=torch.long), torch.zeros(0), 0
+    for step in range(steps):
+        c = 3 if step == 0 else rng.choice([1, 1, 1, 2])
+        new = torch.arange(seen, seen + c)
+        seen += c
+        positions = torch.cat([positions, new])
+        scores = torch.cat([scores, torch.zeros(c)])
+        order = torch.randperm(len(positions), generator=gen)  # slot order: not chronological
+        positions, scores = positions[order], scores[order]
+        weights = _weights(2, 2, c, positions, gen)
+        if not _separated(scores, weights, positions, 1e-4):
+            weights = _weights(2, 2, c, positions, gen, scale=5.0)
+        _one(fn, f"a stream, step {step + 1} ({seen} tokens seen, budget 6, recent 2)", scores, weights, positions,
+             budget, recent, device)
+        positions, scores = _oracle(scores, weights, positions, budget, recent)
+
+
 def check_h2o_keep(fn) -> None:
     """Exercise 10: ``fn(scores, weights, positions, budget, recent) -> (kept_positions, kept_scores)``."""
     if not callable(fn) or isinstance(fn, type):
@@ -314,9 +338,11 @@ def check_h2o_keep(fn) -> None:
     for title, scores, weights, positions, budget, recent in _scripted():
         _one(fn, title, scores, weights, positions, budget, recent, dev)
         n += 1
+    _stream(fn, dev)
     rng, gen = random.Random(10), torch.Generator().manual_seed(10)
     for i in range(60):
         scores, weights, positions, budget, recent = _random_case(rng, gen)
         _one(fn, f"random case {i + 1}", scores, weights, positions, budget, recent, dev if i % 2 else "cpu")
-    passed(f"{_name(fn)} accumulates and evicts as H2O does, like the library's H2OKVCache ({n} scripted cases "
-           "and 60 random ones: batch 1-3, 1-4 heads, chunks of 1-5 queries, keys in slot order, 4 dtypes).")
+    passed(f"{_name(fn)} accumulates and evicts as H2O does, like the library's H2OKVCache ({n} scripted cases, "
+           "a 40-step stream, 60 random cases: batch 1-3, 1-4 heads, chunks of 1-5 queries, keys in slot order, "
+           "4 dtypes).")
