@@ -144,6 +144,27 @@ class StoresInAtLeastFloat32:
         return self.k.to(k_new.dtype), self.v.to(k_new.dtype)
 
 
+@right("check_sliding_window_cache")
+class DoubleBufferAmortised:
+    """A 2W-slot buffer filled left to right; when full, its last W tokens move to the front (one copy per W steps)."""
+
+    def __init__(self, window_size):
+        self.W, self.buf, self.n = window_size, None, 0
+
+    def update(self, k_new, v_new):
+        if self.buf is None:
+            B, H, _, D = k_new.shape
+            self.buf = k_new.new_zeros(2, B, H, 2 * self.W, D)
+        if self.n == 2 * self.W:
+            self.buf[:, :, :, : self.W] = self.buf[:, :, :, self.W :].clone()
+            self.n = self.W
+        self.buf[0, :, :, self.n] = k_new[:, :, 0]
+        self.buf[1, :, :, self.n] = v_new[:, :, 0]
+        self.n += 1
+        lo = max(0, self.n - self.W)
+        return self.buf[0, :, :, lo : self.n], self.buf[1, :, :, lo : self.n]
+
+
 # ---------------------------------------------------------------- 03 ring buffer
 @right("check_ring_buffer_cache")
 class RingWithCopyInto:
