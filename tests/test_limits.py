@@ -35,7 +35,9 @@ def test_the_caps_are_set_on_the_process_and_an_allocation_past_them_fails():
                               "import resource; print(resource.getrlimit(resource.RLIMIT_AS), resource.getrlimit(resource.RLIMIT_CPU))"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert Limits("2G", 30).apply(child.pid) is None
+        limits = Limits("2G", 30)
+        assert not limits.memory_capped
+        assert limits.apply(child.pid) is None and limits.memory_capped
         out, _ = child.communicate("go\n", timeout=60)
     finally:
         child.kill()

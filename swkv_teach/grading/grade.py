@@ -193,7 +193,7 @@ def _grade(path: Path, timeout: float, row: dict, limits: Limits) -> dict:
             fb.append(f"[{ex_id}] {e.check}({e.target}): failed, 0/{e.points} points\n" +
                       "\n".join("    " + ln for ln in why.splitlines()))
 
-    out_of_memory = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and limits.memory
+    out_of_memory = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and limits.memory_capped
                      and hit_memory_limit(_error_text(c) or "")]
     if died_at is not None:
         where = f"cell {died_at + 1} of {learner_cells}" if died_at < learner_cells else "an exercise check"

@@ -60,6 +60,7 @@ class Limits:
         if cpu is not None and not cpu > 0:
             raise ValueError(f"cpu must be > 0 seconds; got {cpu}")
         self.cpu = int(cpu) if cpu is not None else None
+        self.memory_capped = False  # set by apply(): only then is a MemoryError this cap's doing
 
     def describe(self) -> str:
         parts = []
@@ -84,6 +85,7 @@ class Limits:
                         "(grade with CUDA_VISIBLE_DEVICES= to cap memory on the CPU)")
             elif self.memory:
                 prlimit(pid, resource.RLIMIT_AS, (self.memory, self.memory))
+                self.memory_capped = True
             if self.cpu:
                 prlimit(pid, resource.RLIMIT_CPU, (self.cpu, self.cpu + 5))
         except (OSError, ValueError) as e:
