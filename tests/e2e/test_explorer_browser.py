@@ -140,3 +140,36 @@ def test_lesson_2_explorer_renders_and_redraws_in_classic_notebook_with_colabs_i
     with classic_notebook(served, tmp_path, python) as (base, token):
         page = chromium.new_page(viewport={"width": 1400, "height": 1000})
         drive_explorer(page, f"{base}/notebooks/{NOTEBOOK.name}?token={token}", CLASSIC, "explorer_classic")
+
+
+CLASSIC_PYTHON_SIDE = """
+import ipywidgets, io
+from PIL import Image
+from swkv_teach.widgets import EvictionExplorer
+assert ipywidgets.__version__ == "7.7.1", ipywidgets.__version__
+e = EvictionExplorer(window_size=4, steps=12, policy="ring")
+def tree(w):
+    yield w
+    for c in getattr(w, "children", ()):
+        yield from tree(c)
+assert not [w for w in tree(e) if isinstance(w, ipywidgets.Output)]
+first = e.image.value
+e.play.value = 9  # through the Python-side link, as the Play button does
+assert e.step == 9 and e.image.value != first and Image.open(io.BytesIO(e.image.value)).format == "PNG"
+e.policy_dropdown.value = "lru"; e.access_text.value = "0"
+assert 0 in e.cached_positions
+print("ok", ipywidgets.__version__)
+"""
+
+
+def test_explorer_python_side_under_colabs_ipywidgets_7():
+    """The same explorer, driven from Python with ipywidgets 7.7.1 (no browser needed)."""
+    import subprocess
+
+    try:
+        python = classic_python(ROOT)
+    except Exception as e:
+        skip_or_fail(f"could not set up .venv-classic with Colab's widget pins: {e}")
+    run = subprocess.run([str(python), "-c", CLASSIC_PYTHON_SIDE], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, MPLBACKEND="agg"))
+    assert run.returncode == 0 and "ok 7.7.1" in run.stdout, run.stderr[-2000:]
