@@ -1,4 +1,4 @@
-"""Checks for the cache exercises: 01 sliding window, 03 ring buffer, 05 attention sinks.
+"""Checks for the cache exercises: 01 sliding window and 03 ring buffer (05, attention sinks, is in :mod:`.sinks`).
 
 Each compares what the learner's ``update`` returns with the library's own cache
 of the same kind (the oracle), exactly, step by step, over the runs of
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from swkv_teach.caches import RingBufferKVCache, SinkKVCache, SlidingWindowKVCache
+from swkv_teach.caches import RingBufferKVCache, SlidingWindowKVCache
 from swkv_teach.device import device as pick_device
 from swkv_teach.grading._drive import BF16, F16, F64, SHAPE0, Judge, Run, Step, check_runs, interleave, make, pristine
 from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint
@@ -338,95 +338,7 @@ def check_ring_buffer_cache(cls) -> None:
            "ordered() as a copy, no allocation once full and bounded memory.")
 
 
-# ---------------------------------------------------------------- sinks
-SINK_RUNS = (
-    Run((2, 3)),
-    Run((1, 3)),
-    Run((4, 2), (1, 1, 2), F64),
-    Run((1, 1), (3, 1, 5), F16),
-    Run((2, 5), (1, 4, 3), BF16),
-    Run((3, 4), (3, 1, 5), zeros=True),
-)
-SINK_LIVE = ((1, 2), (2, 5), (3, 1))
-
-
-def _sink_hint(got: list, exp: list, seen: int, S: int, W: int) -> str:
-    if any(isinstance(g, str) and g.startswith("v") for g in got):
-        return "the keys you returned hold values: are k and v swapped somewhere?"
-    if any(isinstance(g, str) and g[:1].isalpha() for g in got):
-        return "tokens fed to another instance came back: state is shared between instances."
-    if "0" in got and "0" not in exp:
-        return "unfilled slots (zeros) came back: return only slots that hold a token."
-    if len(set(map(str, got))) != len(got) and "0" not in got:
-        return "the same token came back twice: each stored token once."
-    g, e = set(got), set(exp)
-    missing, extra = e - g, g - e
-    if missing & set(range(S)):
-        if missing == {S - 1} and not extra - {seen - W - 1}:
-            return f"off by one: you keep the first {S - 1} tokens as sinks; num_sinks={S} means positions 0..{S - 1}."
-        return (f"the sinks were evicted: positions 0..{S - 1} must stay forever, whatever comes later "
-                "(evict only from the window part).")
-    if extra == {S} or (S in extra and seen - W != S):
-        return f"off by one: you keep positions 0..{S} as sinks; num_sinks={S} means p < num_sinks, i.e. 0..{S - 1}."
-    if seen - 1 in missing:
-        return "the token you just added is missing: add it first, then return."
-    if missing and min(missing) == max(0, seen - W) and not extra:
-        return f"off by one: your window keeps W - 1 recent tokens; it should keep W = {W} (the new one included)."
-    if extra and max(extra) == seen - W - 1:
-        return f"off by one: your window keeps W + 1 recent tokens; it should keep W = {W}."
-    return f"keep positions 0..{S - 1} (the sinks) and the last {W} positions; nothing else."
-
-
-class SinkJudge(Judge):
-    oracle_cls = SinkKVCache
-    arg_names = ("num_sinks", "window_size")
-
-    def step(self, s: Step) -> None:
-        S, W = self.args
-        got = labels(s.k, base=s.base)
-        exp = sorted(self.oracle.positions.tolist())
-        if s.zeros:  # zero tokens read as "0": judge by the positions the cache reports
-            exp_l = labels(s.ek, base=s.base)
-            if _lsort(got) != _lsort(exp_l) or len(got) != len(exp_l):
-                raise fail(s.case, "update() returned the keys of (any order is fine; odd tokens are all zeros in "
-                           "this run and read as 0):", expected=exp_l, got=got,
-                           hint="zero is a legitimate key: keep and return tokens whose keys are all zeros like any "
-                           "other (count positions, never look for zeros).")
-            pos = as_positions(s.case, call(s.case, "the positions property", lambda: s.cache.positions))
-        else:
-            if _lsort(got) != _lsort(exp) or len(got) != len(exp):
-                raise fail(s.case, "update() returned the keys of positions (any order is fine):",
-                           expected=exp, got=got, hint=_sink_hint(got, exp, s.p + 1, S, W))
-            pos = read_positions(s.case, s.cache)
-            if pos != got:
-                raise fail(s.case, "positions must list, in order, the absolute position of each key update() "
-                           "returned:", expected=got, got=pos, hint="keep a position next to each slot, and report "
-                           "them in the same order as the keys you return.")
-        if sorted(pos) != exp or len(pos) != s.k.shape[2]:
-            raise fail(s.case, "positions (sorted) after this update:", expected=exp, got=sorted(pos),
-                       hint="positions[i] is the absolute position of key i of what update() returned.")
-        # exact contents, token by token, whatever order the learner chose
-        mine = torch.tensor([pos.index(q) for q in exp], device=s.k.device)
-        theirs = torch.argsort(self.oracle.positions.to(s.ek.device))
-        if not torch.equal(s.k.index_select(2, mine), s.ek.index_select(2, theirs)):
-            raise fail(s.case, "the right positions, but the key tensors differ from the tokens fed in.",
-                       hint="store k_new as given, without arithmetic or reshaping, and report positions in the "
-                       "order of the keys.")
-        if not torch.equal(s.v.index_select(2, mine), s.ev.index_select(2, theirs)):
-            vgot = labels(s.v, values=True, base=s.base)
-            raise fail(s.case, "the keys are right, the values are not. Value positions:", expected=got, got=vgot,
-                       hint=_value_hint(vgot, got, got, s.k, s.v))
-
-
-def check_sink_cache(cls) -> None:
-    """Exercise 05: ``SinkCache(num_sinks, window_size)``: the first ``num_sinks`` tokens forever plus the last W."""
-    dev = pick_device()
-    check_runs(SinkJudge, cls, SINK_RUNS, dev, pristine(cls))
-    interleave(SinkJudge, cls, SINK_LIVE, dev)
-    passed(f"{_name(cls)} keeps the sinks and the last W tokens, like the library's SinkKVCache "
-           "(num_sinks, W = " + ", ".join(f"({r.args[0]}, {r.args[1]})" for r in SINK_RUNS) + "; runs of "
-           "4(S + W) + 3 tokens; 4 token shapes; float32/64, float16, bfloat16; zero tokens; 3 live instances; "
-           "integer positions; bounded memory).")
-
+# ---------------------------------------------------------------- sinks (exercise 05: .sinks, re-exported here)
+from swkv_teach.grading.sinks import check_sink_cache  # noqa: E402  (the registry imports it from this module)
 
 __all__ = ["as_positions", "check_ring_buffer_cache", "check_sink_cache", "check_sliding_window_cache"]

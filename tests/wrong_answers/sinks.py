@@ -208,3 +208,11 @@ class SqueezedWrite(_PinnedRing):
         self.seen += 1
         n = min(self.seen, self.S + self.W)
         return self.k[:, :, :n], self.v[:, :, :n]
+
+
+@wrong("check_sink_cache", "hard-coded", "self.num_sinks")
+class FourSinksWhateverNumSinks(_Sinks):
+    """Keeps StreamingLLM's 4 sinks whatever num_sinks says."""
+
+    def keeps(self, p):
+        return p < 4 or p >= self.seen - self.window_size
