@@ -24,6 +24,7 @@ the class for shared state) and names the variable that breaks it.
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -156,8 +157,22 @@ def _flat(case: str, before, after, k_new: torch.Tensor, first: int, last: int) 
                    "tensor you append to (a log or history of past tokens or positions grows forever).")
 
 
+@functools.lru_cache(maxsize=None)
+def _supports(dev: str, dtype: torch.dtype) -> bool:
+    try:
+        torch.zeros(2, dtype=dtype, device=dev).index_select(0, torch.zeros(1, dtype=torch.long, device=dev))
+        return True
+    except (RuntimeError, TypeError):
+        return False
+
+
 def drive(judge: Judge, run: Run, dev, base: int = 0, cache=None, label: str = ""):
-    """Yield once per step, after the judge has seen it (a generator, so runs can be interleaved)."""
+    """Yield once per step, after the judge has seen it (a generator, so runs can be interleaved).
+
+    A dtype the device cannot hold (float64 on Apple's MPS) runs on the CPU instead.
+    """
+    if not _supports(str(dev), run.dtype):
+        dev = torch.device("cpu")
     title = judge.title() + (f" [instance {label}]" if label else "")
     if cache is None:
         cache = make(title, judge.cls, *judge.args)
