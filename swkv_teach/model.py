@@ -25,8 +25,10 @@ window holds ``W`` tokens however many came before.
 What a decode step does once, not once per layer: the new tokens' positions
 and their RoPE angles (:meth:`Decoder.step`). What it skips: the mask, when
 one query attends over a cache that returns only keys inside its window
-(``KVCache.one_token_in_window``, see :func:`needs_no_mask`). Lesson 4 spells
-the step out with the mask; the tests hold both paths to the oracle.
+(``KVCache.one_token_in_window``, see :func:`needs_no_mask`); the window's
+mask tensor, when a prompt no longer than the window attends over itself
+(causal, see :meth:`Attention.attend`). Lesson 4 spells the step out with the
+mask; tests/test_fast_path.py holds every shortcut to it and to the oracle.
 
 A cache that evicts by attention (``wants_attention``: H2O, TOVA) gets its
 layer's attention probabilities through ``observe``; only such layers pay for
@@ -190,7 +192,13 @@ class Attention(nn.Module):
         W = self.config.window_size if window_size is None else window_size
         # GQA: key/value head h serves query heads h*group .. h*group + group - 1 (HF's repeat_kv);
         # SDPA does the grouping itself, so the window is not copied group times per step
-        y = cached_attention(q, k, v, q_positions, k_positions, W, num_sinks)  # (B, nh, T, hd)
+        if T <= W and k.shape[-2] == T and _same_consecutive(q_positions, k_positions):
+            # the keys are the queries' own tokens, consecutive, at most W of them (a prompt no longer
+            # than the window, in a fresh cache or the oracle): every earlier key is inside every query's
+            # window, so the window mask is the causal one, which SDPA applies without building it
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[-3] != nh)
+        else:
+            y = cached_attention(q, k, v, q_positions, k_positions, W, num_sinks)  # (B, nh, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, nh * hd))
 
     def attend_with_weights(
@@ -233,6 +241,16 @@ class Attention(nn.Module):
         nkv = k.shape[1]
         y = F.scaled_dot_product_attention(q.reshape(B, nkv, nh // nkv, hd), k, v)  # (B, nkv, group, hd)
         return self.o_proj(y.reshape(B, 1, nh * hd))
+
+
+def _same_consecutive(q_positions, k_positions) -> bool:
+    """Whether both are the same run of consecutive positions ``p, p + 1, ...`` (in that order)."""
+    if not (isinstance(q_positions, torch.Tensor) and isinstance(k_positions, torch.Tensor)):
+        return False
+    if q_positions.shape != k_positions.shape or q_positions.dim() != 1 or q_positions.is_floating_point():
+        return False
+    k_positions = k_positions.to(q_positions.device)
+    return torch.equal(q_positions, k_positions) and bool((q_positions.diff() == 1).all())
 
 
 def needs_no_mask(cache, tokens: int, window_size: int, num_sinks: int) -> bool:

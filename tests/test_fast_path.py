@@ -10,6 +10,9 @@
   decoder still equals the oracle.
 * The grouped read (a group's query heads as queries of their key head) equals
   the masked, general ``attend``.
+* ``attend`` applies SDPA's causal mask instead of building the window's only
+  when the keys are the queries' own consecutive positions and at most ``W``
+  (a prompt in a fresh cache, the oracle on a short sequence).
 * RMSNorm's fused float32 path is the spelled-out formula, bit for bit.
 * The fused q/k/v and gate/up projections load state dicts with separate
   ``q_proj``, ``k_proj``, ``v_proj``, ``gate_proj``, ``up_proj`` (Hugging
@@ -173,6 +176,55 @@ def test_a_narrower_cache_needs_no_mask():
     """A cache window narrower than the mask's: every key it returns is inside the wider window too."""
     assert needs_no_mask(RingBufferKVCache(W - 1), 1, W, 0)
     assert not needs_no_mask(RingBufferKVCache(W), 2, W, 0), "a chunk's queries need their own windows"
+
+
+# ------------------------------------------------------------------ a prompt no longer than the window: causal
+
+
+def _masked_reference(attn, q, k, v, q_pos, k_pos, window):
+    """``attend``'s answer spelled out: keys repeated per query head, ``window_mask``, explicit softmax."""
+    from swkv_teach.attention import attention
+
+    group = q.shape[1] // k.shape[1]
+    y = attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), window_mask(q_pos, k_pos, window))
+    B, nh, T, hd = q.shape
+    return attn.o_proj(y.transpose(1, 2).reshape(B, T, nh * hd))
+
+
+@pytest.mark.parametrize(
+    "q_pos, k_pos, window",
+    [
+        ([0, 1, 2], [0, 1, 2], 3),  # the shortcut: T == W, the keys are the queries
+        ([7, 8, 9, 10], [7, 8, 9, 10], 4),  # not starting at 0
+        ([0, 1, 2, 3], [0, 1, 2, 3], 3),  # T == W + 1: query 3 must not see key 0
+        ([0, 2, 3], [0, 2, 3], 3),  # same positions, not consecutive: query 3 must not see key 0
+        ([1, 0, 2], [1, 0, 2], 3),  # same positions, not in order: the mask is not lower-triangular
+        ([2, 3, 4], [1, 2, 3], 3),  # shifted keys
+    ],
+)
+def test_attend_is_causal_only_when_the_keys_are_the_queries_consecutive_within_w(q_pos, k_pos, window):
+    torch.manual_seed(len(q_pos) + window)
+    attn = Attention(DecoderConfig(dim=16, n_heads=4, n_kv_heads=2, head_dim=4, window_size=window))
+    T = len(q_pos)
+    q, k, v = torch.randn(2, 4, T, 4), torch.randn(2, 2, T, 4), torch.randn(2, 2, T, 4)
+    q_pos, k_pos = torch.tensor(q_pos), torch.tensor(k_pos)
+    with torch.no_grad():
+        got = attn.attend(q, k, v, q_pos, k_pos)
+        expected = _masked_reference(attn, q, k, v, q_pos, k_pos, window)
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("prompt", [1, W - 1, W, W + 1, 2 * W + 3])
+@pytest.mark.parametrize("kind", ["ring", "naive", "sinks"])
+def test_a_prompt_at_the_window_boundary_then_single_tokens_equals_the_oracle(kind, prompt):
+    model = make_model()
+    ids = random_ids(prompt + 2 * W)
+    S = 2 if kind == "sinks" else 0
+    caches = model.new_caches(kind, num_sinks=2) if kind == "sinks" else model.new_caches(kind)
+    with torch.no_grad():
+        out = [model.step(ids[:, :prompt], caches)]
+        out += [model.step(ids[:, t : t + 1], caches) for t in range(prompt, prompt + 2 * W)]
+    assert (torch.cat(out, dim=1) - model(ids, num_sinks=S)).abs().max() < ATOL
 
 
 # ------------------------------------------------------------------ the unmasked grouped read
