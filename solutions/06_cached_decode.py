@@ -55,7 +55,8 @@ from swkv_teach.model import Decoder, DecoderConfig
 # Each layer is pre-norm: `x + attention(attn_norm(x))`, then `x + mlp(mlp_norm(x))`; then `model.norm` and
 # `model.lm_head`.
 #
-# Not allowed: `model.step`, `model.score`, `model.generate` (the library's own answers). The check compares
+# Not allowed: `model.step`, `model.score`, `model.generate` (the library's own answers) and `model(...)` (the
+# oracle, which reruns the whole sequence); every layer's cache must take the new keys through `update`. The check compares
 # your logits with `model.forward` on the whole sequence, one token at a time (window 3, 14 tokens) and with
 # prompt chunks longer than the window (window 5). Its tiny decoder has random, non-unit norm weights and
 # sharp attention, so a norm swapped or a position off by one shows. Decoding is inference: the check (and the

@@ -44,6 +44,10 @@ class _Forbidden(RuntimeError):
 
 def _forbid(name: str):
     def refuse(*args, **kwargs):
+        if name == "forward":
+            raise _Forbidden("model(...) (model.forward) reruns the whole sequence without a cache, the library's "
+                             "oracle: build the step from the parts (embed, layers' attn/mlp, norm, lm_head) "
+                             "through the caches instead.")
         raise _Forbidden(f"model.{name}() is the library's finished answer: build the step from the parts "
                          "(embed, layers' attn/mlp, norm, lm_head) instead.")
 
@@ -88,6 +92,17 @@ def _check_output(case: str, got, exp: torch.Tensor) -> None:
         raise fail(case, f"returned logits on {got.device}; the model and input_ids are on {exp.device}.")
 
 
+def _through_caches(case: str, spy, c: int) -> None:
+    """Every layer's cache took the ``c`` new keys in this call: a decode step runs through the caches."""
+    for L, cache in enumerate(spy.caches):
+        fed = sum(info["tokens"] for info in spy.kinds(L, "update"))
+        if fed == 0:
+            raise fail(case, f"cache {L} was never updated in this call: your step does not go through the caches.",
+                       hint="without the caches a call either sees only its own tokens (right for the first call "
+                       "alone) or reruns the whole prefix at O(T^2) cost. In every layer, k, v = cache.update(k, v) "
+                       "over only the new tokens, attend over what it returns, positions from caches[0].seen.")
+
+
 def check_cached_decode(fn) -> None:
     """Exercise 06: ``fn(model, input_ids, caches)`` must give ``model.forward``'s logits, chunk by chunk."""
     dev = pick_device()
@@ -98,7 +113,7 @@ def check_cached_decode(fn) -> None:
         with torch.no_grad():
             expected = model(ids)  # (B, T, vocab): the oracle
             hidden = Spy.oracle_hidden(model, ids)
-        for attr in ("step", "score", "generate"):
+        for attr in ("step", "score", "generate", "forward"):
             setattr(model, attr, _forbid(attr))
         spy = Spy(model)
         start = 0
@@ -121,9 +136,10 @@ def check_cached_decode(fn) -> None:
                                f"(max abs difference {float(err[bad]):.3g}, tolerance {ATOL:g} + {RTOL:g} x max|logit|)"
                                + ("; positions before it matched." if bad else "."),
                                hint=first_difference(spy, hidden), generic=True)
+                _through_caches(case, spy, c)  # right logits, but were they computed through the caches?
             except ExerciseFailed as e:
-                if "the library's finished answer" in str(e):
-                    raise
+                if "build the step from the parts" in str(e) or "was never updated in this call" in str(e):
+                    raise  # already names the bug
                 found = diagnose(spy, model, completed=returned)
                 if found:
                     raise rehint(e, found, "(found by watching your calls to the model's parts and the caches)") \

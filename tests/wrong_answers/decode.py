@@ -225,3 +225,21 @@ def decode_first_cache_for_every_layer(model, input_ids, caches):
         x = x + layer.attn.attend(q, k, v, pos, caches[0].positions)
         x = x + layer.mlp(layer.mlp_norm(x))
     return model.lm_head(model.norm(x))
+
+
+@wrong("check_cached_decode", "model.forward", "through the caches")
+def decode_reruns_model_on_the_prefix(model, input_ids, caches):
+    """Keeps every token id on the caches list and reruns model(...) over the whole prefix: no KV cache at all."""
+    caches.ids = input_ids if not hasattr(caches, "ids") else torch.cat([caches.ids, input_ids], dim=1)
+    return model(caches.ids)[:, -input_ids.shape[1] :]
+
+
+@wrong("check_cached_decode", "never updated in this call", "o(t^2)", "reruns the whole prefix")
+def decode_reruns_layers_on_the_prefix(model, input_ids, caches):
+    """Reruns every layer without its cache over the whole prefix: right logits, quadratic cost, caches unused."""
+    caches.ids = input_ids if not hasattr(caches, "ids") else torch.cat([caches.ids, input_ids], dim=1)
+    pos = torch.arange(caches.ids.shape[1], device=input_ids.device)
+    x = model.embed(caches.ids)
+    for layer in model.layers:
+        x = layer(x, pos)
+    return model.lm_head(model.norm(x))[:, -input_ids.shape[1] :]
