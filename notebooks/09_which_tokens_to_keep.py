@@ -116,7 +116,7 @@ for t in range(8):
 # ## 3. Equal memory on the trained model
 #
 # The experiment: the shipped checkpoint (trained with a window of `W = 64`), held-out text it never saw,
-# fed one token per step, and six ways to spend `B` stored tokens per layer:
+# fed one token per step, and five ways to spend `B` stored tokens per layer:
 #
 # * **window**: the ring buffer with window `B` (lessons 3 and 4);
 # * **sinks + window**: 4 attention sinks and a window of `B - 4` (lesson 5);
@@ -126,8 +126,9 @@ for t in range(8):
 #   `--heavy_ratio 0.1 --recent_ratio 0.1` in `h2o_hf/scripts/lm_eval/h2o.sh`);
 # * **TOVA**.
 #
-# Every policy keeps the model's own mask rule, its trained window of 64: a kept token older than that is
-# masked out, as training always masked it. (Section 5 lifts that rule.) The loss is next-character
+# LRU, H2O and TOVA keep the model's own mask rule, its trained window of 64: a kept token older than that
+# is masked out, as training always masked it (section 5 lifts that rule). The window and sinks caches mask
+# with their own window, which is exactly what they hold. The loss is next-character
 # cross-entropy in nats per character.
 
 # %%
