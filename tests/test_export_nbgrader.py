@@ -8,6 +8,7 @@ right, an unanswered and a partly wrong submission, and reads the points from nb
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -132,7 +133,10 @@ def gradebook(tmp_path_factory):
         "blank": {p.name: nbformat.read(p, as_version=4) for p in released[:2]},
         "wrong": {p.name: answered(p, {"02": WRONG_MASK}) for p in released
                   if p.name.startswith(("02_", "03_"))},
+        "cheat": {p.name: answered(p, {"02": WRONG_MASK}) for p in released if p.name.startswith("02_")},
     }
+    cheat = next(iter(submissions["cheat"].values()))
+    next(c for c in cheat.cells if c.metadata.get("nbgrader", {}).get("grade")).source = "print('all good')"
     for student, notebooks in submissions.items():
         d = course / "submitted" / student / "swkv"
         d.mkdir(parents=True)
@@ -151,6 +155,8 @@ def gradebook(tmp_path_factory):
             points[student] = {nb.name: {g.cell.name.split("-")[0][2:]: g.score for g in nb.grades}
                                for nb in sub.notebooks}
     print("\nnbgrader grades.csv:\n" + (course / "grades.csv").read_text())
+    print("points per exercise: " + json.dumps({s: {k: v for nb in p.values() for k, v in nb.items()}
+                                                for s, p in points.items()}))
     return points, totals, submissions
 
 
@@ -185,3 +191,9 @@ def test_export_names_its_platforms(capsys):
 
     assert export(["-h"]) == 0 and "nbgrader" in capsys.readouterr().out
     assert export(["moodle"]) == 2 and "unknown platform 'moodle'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_nbgrader_puts_back_a_locked_check_cell_the_student_edited(gradebook):
+    """The cheat replaced the check under a wrong answer by a print; autograde runs the released check."""
+    assert gradebook[0]["cheat"]["02_sliding_window_mask"] == {"02": 0}
