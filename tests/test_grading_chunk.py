@@ -7,13 +7,15 @@ diagnosis probes tell every named bug apart, and the check stays small and side-
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
 
 import swkv_teach
 from swkv_teach.grading import EXERCISES, ExerciseFailed, check_chunk_mask
-from swkv_teach.grading.chunk import PROBES, cases, hypotheses
+from swkv_teach.grading.chunk import CASTS, PROBES, cases, hypotheses
 from swkv_teach.masks import window_mask
 from tests.wrong_answers import chunk as wrong
 
@@ -54,7 +56,19 @@ def through_numpy(q_positions, k_positions, window_size):
     return torch.from_numpy((m >= 0) & (m < window_size)).to(q_positions.device)
 
 
-RIGHT = [broadcast, python_loops, distance_with_where, sort_then_unsort, through_numpy, swkv_teach.window_mask]
+def calls_the_library(q_positions, k_positions, window_size):
+    """A function of one's own that calls the library's mask: not the oracle object itself, so it is judged."""
+    return swkv_teach.window_mask(q_positions, k_positions, window_size)
+
+
+def widened_to_int64(q_positions, k_positions, window_size):
+    """Casts both to int64 first (mixed int32/int64 made uniform): a widening cast loses nothing."""
+    q, k = q_positions.long()[:, None], k_positions.long()[None, :]
+    return (k <= q) & (k > q - window_size)
+
+
+RIGHT = [broadcast, python_loops, distance_with_where, sort_then_unsort, through_numpy, calls_the_library,
+         widened_to_int64]
 
 
 @pytest.mark.parametrize("answer", RIGHT, ids=lambda f: f.__name__)
@@ -62,6 +76,14 @@ def test_right_answers_written_differently_pass(answer, capsys):
     check_chunk_mask(answer)
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("✅"), out
+
+
+@pytest.mark.parametrize("oracle", [swkv_teach.window_mask, swkv_teach.masks.window_mask,
+                                    functools.partial(swkv_teach.window_mask, num_sinks=0)],
+                         ids=["swkv_teach.window_mask", "masks.window_mask", "partial"])
+def test_the_librarys_own_mask_is_refused_as_an_answer(oracle):
+    with pytest.raises(ExerciseFailed, match="library's own window_mask"):
+        check_chunk_mask(oracle)
 
 
 def test_the_exercise_is_registered():
@@ -95,6 +117,29 @@ def test_cases_vary_every_free_dimension():
     assert any(not torch.equal(c.q, c.q.sort().values) for c in all_cases), "queries in any order"
     too_old = [c for c in all_cases if bool((c.k[None, :] <= c.q[:, None] - c.W).all(0).any())]
     assert too_old, "some keys no query may see (the boundary at W + 1)"
+
+
+def test_some_positions_are_past_what_each_lossy_cast_holds():
+    """For each cast a learner might make, a case whose mask that cast gets wrong, run with int64 where it must be."""
+    from swkv_teach.masks import allowed
+
+    big = [c for c in cases() if c.big]
+    for dt, name, _ in CASTS:
+        assert any(not torch.equal(allowed(c.q.to(dt)[:, None], c.k.to(dt)[None, :], c.W), window_mask(c.q, c.k, c.W))
+                   for c in big), name
+    assert all(c.dtypes == (torch.int64, torch.int64) for c in big if int(c.k.max()) > torch.iinfo(torch.int32).max)
+
+
+def test_queries_come_as_a_view_of_the_keys_as_after_a_cache_update():
+    """When the queries are the keys' last entries (and share their dtype), q_positions is k_positions[-c:]."""
+    shared = []
+
+    def spy(q_positions, k_positions, window_size):
+        shared.append(q_positions.data_ptr() == k_positions[len(k_positions) - len(q_positions):].data_ptr())
+        return window_mask(q_positions, k_positions, window_size)
+
+    check_chunk_mask(spy)
+    assert 0.2 * len(shared) < sum(shared) < len(shared)
 
 
 def test_cases_are_the_same_every_time():

@@ -13,16 +13,22 @@ Cases, smallest window first so the first failure prints whole:
    are the chunk's positions, keys the cache's ``positions`` (slot order once the ring wrapped);
 2. *keys in any order*: a ring's whole buffer then the chunk, the same shuffled, random subsets
    with gaps, several wraps, up to 28 keys;
-3. *queries in any order*: shuffled, with gaps, a single decode query.
+3. *queries in any order*: shuffled, with gaps, a single decode query;
+4. *a long conversation*: positions around 1000, 32768, 70000 and (int64 only) 2**31, where a cast
+   to bfloat16, float16, int16, float32 or int32 no longer holds every position exactly.
 
 Positions are int64 or int32 (the two mixed in some cases) on :func:`swkv_teach.device`. Every
-call gets fresh tensors, which must come back unchanged. A wrong mask is named by probing the
-learner's function on a few fixed inputs (:data:`PROBES`) plus the failing case: a bug
-hypothesis (:func:`hypotheses`) is named only when it explains every one of them.
+call gets fresh tensors, which must come back unchanged; when the queries are the keys' last
+entries and the dtypes agree, ``q_positions`` is a view of ``k_positions`` (``k[-c:]``), as after a
+cache's update, so an in-place trick on one shows in the other. A wrong mask is named by probing
+the learner's function on a few fixed inputs (:data:`PROBES`) plus the failing case: a bug
+hypothesis (:func:`hypotheses`) is named only when it explains every one of them. The library's
+own ``window_mask`` handed in as the answer is refused: the check compares with it.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -47,6 +53,8 @@ class Case:
     k: torch.Tensor
     W: int
     label: str
+    dtypes: tuple | None = None  # (q, k) dtypes when the case needs them (positions past int32); else cycled
+    big: bool = False  # positions past what a float or a narrow integer holds exactly
 
 
 # ------------------------------------------------------------------ cases
@@ -96,10 +104,25 @@ def _any_order_cases(gen: torch.Generator):
         yield Case(torch.tensor([n + W + 1]), keys, W, "one decode query")
 
 
+# (W, tokens seen before the chunk, dtypes): around 1000 bfloat16 steps by 4 (exact only to 256); across
+# 32768 int16 wraps and float16 steps by 16 then 32 (exact to 2048); at 70000 float16 is inf; across 2**31
+# int32 wraps and float32 steps by 256 (exact to 2**24)
+BIG = ((4, 998, None), (5, 32764, None), (3, 69998, None), (6, 2**31 - 4, (I64, I64)))
+
+
+def _big_cases():
+    """A long conversation: a ring's whole buffer then a chunk, at positions a lossy cast cannot hold."""
+    for W, n, dtypes in BIG:
+        c = W + 2
+        chunk = torch.arange(n, n + c)
+        yield Case(chunk, torch.cat([_ring_slots(n, W), chunk]), W,
+                   f"a long conversation: a ring's whole buffer after {n} tokens, then a chunk of {c}", dtypes, True)
+
+
 def cases() -> list[Case]:
     """Every case the check runs, in order (the same list every time: its own generator)."""
     gen = torch.Generator().manual_seed(7)
-    return [*_cache_cases(), *_any_order_cases(gen)]
+    return [*_cache_cases(), *_any_order_cases(gen), *_big_cases()]
 
 
 # ------------------------------------------------------------------ diagnosis
@@ -177,6 +200,38 @@ def _diagnose(fn, dev, failing: Case, got: torch.Tensor) -> str | None:
     return survivors[0] if survivors else None
 
 
+# A cast made to "match the attention dtype" or "save memory", and why it fails on a long conversation.
+CASTS = (
+    (torch.bfloat16, "bfloat16 (.to(torch.bfloat16), .bfloat16())", "holds integers exactly only up to 256"),
+    (torch.float16, "float16 (.half())", "holds integers exactly only up to 2048, and 65504 is its largest"),
+    (torch.int16, "int16 (.short())", "wraps around past 32767"),
+    (torch.float32, "float32 (.float())", "holds integers exactly only up to 2**24 = 16777216"),
+    (torch.int32, "int32 (.int())", "wraps around past 2**31 - 1"),
+)
+
+
+def _cast_hint(case: Case, got: torch.Tensor) -> str:
+    """Name the cast that explains a wrong mask at large positions, or say plainly what the case shows.
+
+    A cast explains it when it gives the learner's mask here and the right mask on the smaller positions the
+    answer passed (at 32768 bfloat16 and float16 both merge every position; at 1000 only bfloat16 does).
+    """
+    passed_before = [c for c in _big_cases() if int(c.q.max()) < int(case.q.max())]
+
+    def cast(c: Case, dt) -> torch.Tensor:
+        return allowed(c.q.to(dt)[:, None], c.k.to(dt)[None, :], c.W)
+
+    for dt, name, why in CASTS:
+        if _explains(cast(case, dt), got) and all(_explains(cast(c, dt), window_mask(c.q, c.k, c.W))
+                                                   for c in passed_before):
+            return (f"the positions were cast to {name} before comparing: {name.split()[0]} {why}, so around "
+                    f"position {int(case.q.max())} neighbouring positions merge or wrap. Compare the integer "
+                    "tensors as they come (int32 or int64): no cast.")
+    return (f"right on every case with small positions, wrong around position {int(case.q.max())}: something does "
+            "not hold large positions exactly (a cast to a float type, or to a narrower integer type?). Compare the "
+            "integer tensors as they come (int32 or int64): no cast.")
+
+
 # ------------------------------------------------------------------ messages
 def _positions(t: torch.Tensor, limit: int = 40) -> str:
     vals = t.tolist()
@@ -230,10 +285,35 @@ def _call_line(name: str, case: Case, qd, kd, dev) -> str:
 
 
 # ------------------------------------------------------------------ the check
+def _aliases(case: Case, qd, kd) -> bool:
+    """Whether the queries are the keys' last entries, as after a cache's update: then q is passed as a view of k."""
+    nq, nk = len(case.q), len(case.k)
+    return qd == kd and nq <= nk and torch.equal(case.q, case.k[nk - nq:])
+
+
+def _inputs(case: Case, qd, kd, dev, alias: bool):
+    """Fresh tensors for one call (the case's own must not be written to); q a view of k's tail if ``alias``."""
+    # clone(): on the CPU, .to() of an int64 tensor returns the case's own tensor, which the answer may write to
+    k = case.k.to(device=dev, dtype=kd).clone()
+    q = k[len(k) - len(case.q):] if alias else case.q.to(device=dev, dtype=qd).clone()
+    return q, k
+
+
+def _right_apart(fn, case: Case, qd, kd, dev, exp: torch.Tensor) -> bool:
+    """Whether ``fn`` gets ``case`` right when q_positions and k_positions share no memory."""
+    try:
+        out = fn(*_inputs(case, qd, kd, dev, alias=False), case.W)
+    except Exception:
+        return False
+    return isinstance(out, torch.Tensor) and out.dtype == torch.bool and torch.equal(out.detach().cpu(), exp)
+
+
 def _check_case(fn, name: str, case: Case, qd, kd, dev) -> None:
     head = _call_line(name, case, qd, kd, dev)
-    # clone(): on the CPU, .to() of an int64 tensor returns the case's own tensor, which the answer may write to
-    q, k = case.q.to(device=dev, dtype=qd).clone(), case.k.to(device=dev, dtype=kd).clone()
+    alias = _aliases(case, qd, kd)
+    if alias:
+        head += f", q_positions being k_positions[-{len(case.q)}:] (a view, as after cache.update)"
+    q, k = _inputs(case, qd, kd, dev, alias)
     q_before, k_before = q.clone(), k.clone()
     got = call(head, f"{name}()", fn, q, k, case.W)
     nq, nk = len(case.q), len(case.k)
@@ -267,20 +347,44 @@ def _check_case(fn, name: str, case: Case, qd, kd, dev) -> None:
         if nq <= 12 and nk <= 24:
             lines += ["rows are queries, columns keys, 1 = may attend:",
                       *_table(exp, case.q, case.k, "expected"), *_table(got, case.q, case.k, "got")]
-        hint = _diagnose(fn, dev, case, got)
+        if alias and _right_apart(fn, case, qd, kd, dev, exp):
+            raise fail(head, *lines, hint=(
+                f"right when q_positions and k_positions are separate tensors, wrong when q_positions is a view of "
+                f"k_positions[-{nq}:], as it is after a cache's update (the chunk's positions are the "
+                "last keys). Your function writes into one of them in place (sub_ then add_ to 'restore' it, say), "
+                "which changes the other while you compute: use out-of-place operations (q_positions - W, not "
+                "q_positions.sub_(W))."))
+        hint = _diagnose(fn, dev, case, got) or (_cast_hint(case, got) if case.big else None)
         raise fail(head, *lines, hint=hint or "key s is visible to query p exactly when p - W < s <= p, "
                    "whatever the order of the keys; compare every query position with every key position.")
+
+
+def _is_the_library(fn) -> bool:
+    """The library's window_mask itself (or a functools.partial / functools.wraps of it)."""
+    for _ in range(8):
+        if fn is window_mask:
+            return True
+        fn = fn.func if isinstance(fn, functools.partial) else getattr(fn, "__wrapped__", None)
+        if fn is None:
+            return False
+    return False
 
 
 def check_chunk_mask(fn) -> None:
     """Exercise 07: compare ``fn(q_positions, k_positions, window_size)`` with the library's ``window_mask``."""
     name = learner_name(fn) if callable(fn) else "your function"
+    if _is_the_library(fn):
+        raise fail(f"check_chunk_mask({name})", "this is the library's own window_mask (swkv_teach.window_mask), the "
+                   "very function the check compares with: it passes by definition and shows nothing.",
+                   hint="write chunk_mask yourself from q_positions and k_positions (two comparisons combined "
+                   "with &) and check that.")
     dev = pick_device()
     todo = cases()
     for n, case in enumerate(todo):
-        qd, kd = DTYPES[n % len(DTYPES)]
+        qd, kd = case.dtypes or DTYPES[n % len(DTYPES)]
         _check_case(fn, name, case, qd, kd, dev)
     chunks = sum(1 for c in todo if len(c.q) > 1)
     most = max(len(c.k) for c in todo)
     passed(f"{name} matches window_mask on all {len(todo)} cases ({chunks} multi-token chunks; windows 1..9; keys "
-           f"from the sliding and ring caches, shuffled, with gaps, up to {most} keys; int32 and int64 positions).")
+           f"from the sliding and ring caches, shuffled, with gaps, up to {most} keys; int32 and int64 positions "
+           f"up to {max(int(c.q.max()) for c in todo)}).")

@@ -5,8 +5,11 @@ appear in the message that rejects it. The last two have no named diagnosis: the
 say plainly which query and key differ.
 """
 
+import functools
+
 import torch
 
+import swkv_teach
 from tests.wrong_answers import wrong
 
 NAME = "check_chunk_mask"
@@ -152,6 +155,69 @@ def loops_into_a_cpu_tensor(q_positions, k_positions, window_size):
         for b, s in enumerate(ks):
             m[a, b] = p - window_size < s <= p
     return m
+
+
+@wrong(NAME, "bfloat16", "cast")
+def positions_cast_to_bfloat16(q_positions, k_positions, window_size):
+    """Casts the positions to the attention dtype, bfloat16, before comparing: exact only up to 256."""
+    q, k = _qk(q_positions.to(torch.bfloat16), k_positions.to(torch.bfloat16))
+    return (k <= q) & (k > q - window_size)
+
+
+@wrong(NAME, "float16", "cast", "2048")
+def positions_cast_to_half(q_positions, k_positions, window_size):
+    """.half() positions: exact only up to 2048, inf past 65504."""
+    q, k = _qk(q_positions.half(), k_positions.half())
+    return (k <= q) & (k > q - window_size)
+
+
+@wrong(NAME, "int16", "wraps")
+def positions_cast_to_int16(q_positions, k_positions, window_size):
+    """int16 positions 'to save memory': 32768 wraps to -32768."""
+    q, k = _qk(q_positions.to(torch.int16), k_positions.to(torch.int16))
+    return (k <= q) & (k > q - window_size)
+
+
+@wrong(NAME, "int32", "2**31")
+def positions_cast_to_int32(q_positions, k_positions, window_size):
+    """.int() on both 'so the dtypes match': int64 positions past 2**31 - 1 wrap."""
+    q, k = _qk(q_positions.int(), k_positions.int())
+    return (k <= q) & (k > q - window_size)
+
+
+@wrong(NAME, "float32", "2**24")
+def positions_cast_to_float32(q_positions, k_positions, window_size):
+    """.float() on both 'so the dtypes match': exact only up to 2**24."""
+    q, k = _qk(q_positions.float(), k_positions.float())
+    return (k <= q) & (k > q - window_size)
+
+
+@wrong(NAME, "view", "in place", "sub_")
+def shifts_in_place_and_restores(q_positions, k_positions, window_size):
+    """q_positions.sub_(W), compare, then add_(W) to 'restore' it: wrong when q_positions is k_positions[-c:]."""
+    lo = q_positions.sub_(window_size)[:, None]
+    k = k_positions[None, :]
+    mask = (k > lo) & (k <= lo + window_size)
+    q_positions.add_(window_size)
+    return mask
+
+
+@wrong(NAME, "view", "out-of-place")
+def keys_made_relative_in_place(q_positions, k_positions, window_size):
+    """k_positions.sub_(first query) to work with small numbers, then add_ back: q, a view of k, moves too."""
+    first = int(q_positions[0])
+    k = k_positions.sub_(first)[None, :]
+    q = (q_positions - first)[:, None]
+    mask = (k <= q) & (k > q - window_size)
+    k_positions.add_(first)
+    return mask
+
+
+library_window_mask_partial = wrong(NAME, "library's own", "window_mask")(
+    functools.partial(swkv_teach.window_mask, num_sinks=0))
+library_window_mask_partial.__name__ = "library_window_mask_partial"
+library_window_mask_partial.__module__ = __name__
+library_window_mask_partial.__doc__ = "functools.partial(swkv_teach.window_mask, num_sinks=0): the check's own oracle."
 
 
 @wrong(NAME, "query at position", "column")
