@@ -3,14 +3,23 @@
 The expected answer is always the library's :func:`swkv_teach.caches.h2o.h2o_keep`
 (the step :class:`~swkv_teach.H2OKVCache` takes). Scripted cases come first, each
 built so that one classic slip gives a different answer from the right one;
-then random cases (batch 1-3, 1-4 heads, 1-5 queries, up to 24 keys in slot
-order, float16/bfloat16/float32/float64 weights). When an answer differs, the
-check compares it with what each known slip would have returned and names the
-slip it matches; otherwise it says plainly which positions or scores differ.
+then a stream of steps, random cases (batch 1-3, 1-4 heads, 1-5 queries, up to
+24 keys in slot order, float16/bfloat16/float32/float64 weights) and random
+cases with ties. Ties are where slot order bites: the keys come in the order of
+their slots (a wrapped ring: ``[4, 5, 0, 1, 2, 3]``), so ``argsort(total)``,
+stable or not, or ``topk`` break ties by slot rather than by age; every tie case
+is one where that gives another answer. When an answer differs, the check
+compares it with what each known slip would have returned and names the slip it
+matches; otherwise it says what kind of difference it is (a different choice
+among equal totals, scores not paired with their positions) or plainly which
+positions or scores differ.
 
 Right answers written differently pass: positions as a list or a tensor, in any
-order (each score stays paired with its position), scores in float32 or float64,
-half-precision arithmetic within rounding.
+order (each score stays paired with its position), scores in float32 (float64
+and a list of Python floats are accepted too; float16/bfloat16 scores are not,
+the statement asks for float32), half-precision arithmetic within rounding.
+The library's own ``h2o_keep`` (or a partial/wraps of it) is refused with a
+message: it is the expected answer, so it proves nothing.
 """
 
 from __future__ import annotations
@@ -44,6 +53,11 @@ def _most_first(scores, positions, protected):
     return order
 
 
+def _slot_order_on_ties(scores, positions, protected):
+    order = torch.argsort(scores, stable=True)  # ties left in slot order, which is not age order
+    return order[~protected[order]]
+
+
 def _newest_first_on_ties(scores, positions, protected):
     order = torch.argsort(-positions)
     order = order[torch.argsort(scores[order], stable=True)]
@@ -61,6 +75,12 @@ def _heavy_then_recent(total, positions, budget, recent):
     return positions[keep][order], total[keep][order]
 
 
+def _old_scores_returned(scores, weights, positions, budget, recent):
+    kept, _ = _keep(scores + _avg(weights).sum(0), positions, budget, _recent(positions, recent))
+    old = dict(zip(positions.tolist(), scores.float().tolist()))
+    return kept, torch.tensor([old[p] for p in kept.tolist()])
+
+
 def _as_indices(total, positions, budget, recent):
     kept, sc = _keep(total, positions, budget, _recent(positions, recent))
     index = {p: i for i, p in enumerate(positions.tolist())}
@@ -70,6 +90,11 @@ def _as_indices(total, positions, budget, recent):
 def _avg(w):  # the right average, for the slips that change something else
     return head_average(w)
 
+
+_TIES = ("ties must be broken by age (position), not by slot: the keys come in slot order (a new token takes the "
+         "slot of the one it replaced), so a key's index says nothing about its age, and argsort(total), "
+         "stable or not, or topk leave ties in slot order. Sort by position first, then stable-sort by score "
+         "(or sort by the pair (score, position)).")
 
 SLIPS = [  # (name, hint, answer(scores, weights, positions, budget, recent))
     ("evicted the most-attended token",
@@ -120,10 +145,18 @@ SLIPS = [  # (name, hint, answer(scores, weights, positions, budget, recent))
      "add this step's attention to the scores you were given: the heavy hitter is the token with the largest "
      "total over all the queries so far.",
      lambda s, w, p, b, r: _keep(_avg(w).sum(0), p, b, _recent(p, r))),
+    ("broke ties by slot (the order the keys come in), not by age",
+     _TIES,
+     lambda s, w, p, b, r: _keep(s + _avg(w).sum(0), p, b, _recent(p, r), _slot_order_on_ties)),
     ("ties evicted the newest token first",
      "among equal scores evict the OLDEST position first (so attention that says nothing degrades to a sliding "
      "window): sort by position, then stable-sort by score.",
      lambda s, w, p, b, r: _keep(s + _avg(w).sum(0), p, b, _recent(p, r), _newest_first_on_ties)),
+    ("ranked the tokens by the scores you were given, before adding this step's attention",
+     "add this step's attention first (total = scores + weights averaged over batch and heads, summed over "
+     "queries), then evict the lowest TOTALS: a token this step's queries used heavily must survive.",
+     lambda s, w, p, b, r: _keep(s + _avg(w).sum(0), p, b, _recent(p, r),
+                                 lambda t, q, pr: eviction_order(s.float(), q, pr))),
     ("evicted the oldest tokens (a sliding window), ignoring the scores",
      "H2O evicts by accumulated attention, not by age: choose the lowest total among the tokens outside the "
      "recent window.",
@@ -133,6 +166,9 @@ SLIPS = [  # (name, hint, answer(scores, weights, positions, budget, recent))
      "pick the budget - recent heavy hitters among the tokens OUTSIDE the recent window; a recent token that is "
      "also heavy would otherwise take two places and the cache would keep fewer than `budget`.",
      lambda s, w, p, b, r: _heavy_then_recent(s + _avg(w).sum(0), p, b, r)),
+    ("returned the scores you were given, not the accumulated ones",
+     "return each kept token's NEW score (old score plus this step's attention): the next step starts from it.",
+     _old_scores_returned),
     ("returned indices into `positions`, not the positions themselves",
      "the keys come in slot order: return positions[kept], the absolute positions, not their indices.",
      lambda s, w, p, b, r: _as_indices(s + _avg(w).sum(0), p, b, r)),
@@ -179,6 +215,49 @@ def _random_case(rng: random.Random, gen: torch.Generator):
             return scores.float(), weights, positions, budget, recent
 
 
+def _uniform_weights(batch, heads, queries, positions, dtype):
+    """Each query spreads its attention evenly over the keys it may see, so keys seen by every query tie."""
+    newest = int(positions.max())
+    q_pos = torch.arange(newest - queries + 1, newest + 1)
+    allowed = (positions[None, :] <= q_pos[:, None]).double()
+    w = allowed / allowed.sum(dim=-1, keepdim=True)
+    return w.expand(batch, heads, queries, len(positions)).to(dtype).contiguous()
+
+
+def _tie_case(rng: random.Random, gen: torch.Generator):
+    """Equal totals at the eviction boundary, keys in slot order (a wrapped ring, or shuffled).
+
+    Kept only when breaking the ties by slot gives another answer than by age; any other two totals are
+    far apart, so a right answer in any precision keeps the same tokens.
+    """
+    while True:
+        n = rng.randint(4, 16)
+        queries = rng.randint(1, 3)
+        budget = rng.randint(1, n - 1)
+        recent = rng.randint(0, min(budget, 3))
+        batch, heads = rng.randint(1, 3), rng.randint(1, 4)
+        dtype = rng.choice([torch.float32, torch.float64, torch.float16, torch.bfloat16])
+        start = rng.randint(0, 40)
+        if rng.random() < 0.5:  # a ring after a wrap: [4, 5, 0, 1, 2, 3]
+            positions = torch.roll(torch.arange(start, start + n), rng.randint(1, n - 1))
+        else:
+            positions = torch.randperm(n, generator=gen) + start
+        scores = torch.tensor([rng.choice([0.0, 0.0, 0.5, 1.0]) for _ in range(n)])
+        scores = scores.masked_fill(positions > start + n - 1 - queries, 0.0)  # this step's tokens: no score yet
+        if rng.random() < 0.5:
+            weights = torch.zeros(batch, heads, queries, n, dtype=dtype)
+        else:
+            weights = _uniform_weights(batch, heads, queries, positions, dtype)
+        values = torch.unique(scores.double() + weights.double().mean(dim=(0, 1)).sum(0))
+        if ((values[1:] - values[:-1]) <= 3e-2 * values[1:].abs()).any():
+            continue
+        args = (scores, weights, positions, budget, recent)
+        by_slot = _keep(scores + _avg(weights).sum(0), positions, budget, _recent(positions, recent),
+                        _slot_order_on_ties)[0]
+        if _oracle(*args)[0].tolist() != by_slot.tolist():
+            return args
+
+
 def _scripted():
     """(title, scores, weights, positions, budget, recent): each makes one slip visible."""
     g = torch.Generator().manual_seed(10)
@@ -187,7 +266,9 @@ def _scripted():
     p = torch.tensor([0, 1, 2, 3, 4])
     w = torch.zeros(1, 1, 1, 5)
     w[..., :] = torch.tensor([0.10, 0.60, 0.02, 0.08, 0.20])
-    cases.append(("one query, budget 4, recent 1: which token goes?", torch.zeros(5), w, p, 4, 1))
+    old = torch.tensor([0.2, 0.1, 0.05, 0.0, 0.0])  # the lowest OLD score (3) is not the lowest total (2)
+    cases.append(("one query, old scores [0.2, 0.1, 0.05, 0, 0], budget 4, recent 1: which token goes?", old, w, p,
+                  4, 1))
     # heads disagree: head 0 loves 1, heads 1-3 share out evenly but ignore 1 a little
     w = torch.zeros(2, 4, 1, 5)
     w[:, 0, 0] = torch.tensor([0.02, 0.90, 0.02, 0.02, 0.04])
@@ -222,6 +303,12 @@ def _scripted():
     cases.append(("the newest token is attended most, budget 4, recent 2", torch.zeros(6), w, torch.arange(6), 4, 2))
     # ties: all-zero attention and scores
     cases.append(("all-zero attention (ties)", torch.zeros(6), torch.zeros(1, 2, 1, 6), torch.arange(6), 4, 1))
+    # ties with the keys in a ring's slot order after a wrap: slot order is not age order
+    cases.append(("all-zero attention (ties), keys in ring slot order after a wrap", torch.zeros(6),
+                  torch.zeros(1, 2, 1, 6), torch.tensor([4, 5, 0, 1, 2, 3]), 4, 1))
+    w = torch.full((2, 3, 1, 6), 1 / 6).to(torch.bfloat16)  # every key the same share: the old scores decide
+    cases.append(("equal scores (ties) in ring slot order, batch 2, 3 heads, bfloat16",
+                  torch.tensor([0.5, 0.5, 0.0, 1.0, 0.5, 0.5]), w, torch.tensor([6, 7, 8, 3, 4, 5]), 4, 1))
     # under budget: nothing evicted, still accumulated
     w = _weights(2, 3, 2, torch.arange(4), g)
     cases.append(("under budget (4 keys, budget 6)", torch.tensor([0.5, 0.25, 0.0, 0.0]), w, torch.arange(4), 6, 2))
@@ -245,6 +332,11 @@ def _normalise(case, got, n_keys):
                    "positions and floating-point scores.",
                    hint="positions are the absolute positions from `positions` (not indices or a mask); scores "
                    "are float.")
+    if isinstance(got[1], torch.Tensor) and got[1].is_floating_point() and torch.finfo(got[1].dtype).bits < 32:
+        raise fail(case, f"returned the scores in {str(got[1].dtype)[6:]}; the exercise asks for float32.",
+                   hint="compute and return the scores in float32 (scores.float() + weights.float()...), without "
+                   "casting back to the weights' dtype: a half-precision score keeps only 3-4 significant digits, "
+                   "and as it grows step after step the small differences that rank the tokens are rounded away.")
     if len(pos) != len(sc):
         raise fail(case, f"returned {len(pos)} positions but {len(sc)} scores; expected one score per kept position.")
     order = torch.argsort(pos.cpu())
@@ -271,11 +363,24 @@ def _diagnose(case, args, got_pos, got_sc, exp_pos, exp_sc, rtol, atol):
             names = "; or ".join(name for name, _ in found)
             hints = " / ".join(hint for _, hint in found[:2])
             return fail(case, f"your answer matches this slip: {names}.", hint=hints, **shown)
+    scores, weights, positions, budget, recent = args
+    total = dict(zip(positions.tolist(), (scores.float() + head_average(weights).sum(0)).tolist()))
+    protected = {p for p in total if p > max(total) - recent}
+    if (got_pos != exp_pos and len(got_pos) == len(exp_pos) == len(set(got_pos)) and set(got_pos) <= set(total)
+            and protected <= set(got_pos) and sorted(total[p] for p in got_pos) == sorted(total[p] for p in exp_pos)):
+        return fail(case, "kept as many tokens, with the same totals, as H2O, but chose other tokens among EQUAL "
+                    "totals: ties must be broken by age (position), not by slot.", hint=_TIES, **shown)
     if got_pos != exp_pos:
         return fail(case, "kept other positions than H2O keeps.", expected=exp_pos, got=got_pos,
                     hint="total = scores + weights averaged over batch and heads, summed over queries; never evict "
                     "the `recent` newest positions; evict the lowest totals (oldest first among ties) until "
                     "`budget` remain.")
+    if len(got_sc) == len(exp_sc) and torch.allclose(got_sc.sort().values, exp_sc.sort().values, rtol, atol):
+        return fail(case, "kept the right positions and the right scores, but the scores are not paired with their "
+                    "positions: each score must sit at the same index as the position it belongs to.",
+                    hint="if you sort the positions (or pick them in another order), reorder the scores the same way: "
+                    "order = torch.argsort(kept_positions); return kept_positions[order], kept_scores[order] (or "
+                    "return both unsorted).", **shown)
     return fail(case, "kept the right positions, but their scores differ.",
                 expected=[round(x, 5) for x in exp_sc.tolist()], got=[round(x, 5) for x in got_sc.tolist()],
                 hint="return the ACCUMULATED scores of the kept tokens: the old score plus this step's attention "
@@ -326,11 +431,47 @@ def _stream(fn, device, steps: int = 40) -> None:
         positions, scores = _oracle(scores, weights, positions, budget, recent)
 
 
+def _silent_stream(fn, device, steps: int = 16) -> None:
+    """All-zero attention: H2O degrades to a sliding window. New tokens take the freed slots, as in a ring."""
+    rng = random.Random(12)
+    budget, recent = 5, 1
+    slots, seen = [], 0  # positions in slot order; None where a token was evicted
+    for step in range(steps):
+        c = 3 if step == 0 else rng.choice([1, 1, 2])
+        for p in range(seen, seen + c):  # the first free slot, else a new one at the end
+            if None in slots:
+                slots[slots.index(None)] = p
+            else:
+                slots.append(p)
+        seen += c
+        slots = [p for p in slots if p is not None]
+        positions = torch.tensor(slots)
+        dtype = (torch.float32, torch.float16)[step % 2]
+        weights = torch.zeros(1 + step % 2, 2, c, len(slots), dtype=dtype)
+        _one(fn, f"a stream with all-zero attention, step {step + 1} ({seen} tokens seen, budget {budget}, recent "
+             f"{recent}): keys in the slots they were written to", torch.zeros(len(slots)), weights, positions,
+             budget, recent, device)
+        kept = set(_oracle(torch.zeros(len(slots)), weights, positions, budget, recent)[0].tolist())
+        slots = [p if p in kept else None for p in slots]
+
+
+def _is_the_library(fn) -> bool:
+    """The library's own h2o_keep, or a thin wrapper of it (functools.partial, functools.wraps)."""
+    return any(x is _oracle or getattr(x, "__code__", None) is _oracle.__code__
+               for x in (fn, getattr(fn, "func", None), getattr(fn, "__wrapped__", None)))
+
+
 def check_h2o_keep(fn) -> None:
     """Exercise 10: ``fn(scores, weights, positions, budget, recent) -> (kept_positions, kept_scores)``."""
     if not callable(fn) or isinstance(fn, type):
         raise fail(f"check_h2o_keep({show(fn)})", f"expected your function h2o_keep; got {show(fn)}.",
                    hint="pass the function itself: check_h2o_keep(h2o_keep).")
+    if _is_the_library(fn):
+        raise fail(f"check_h2o_keep({_name(fn)})",
+                   "this is the library's own swkv_teach.caches.h2o.h2o_keep, the answer the check compares with, "
+                   "so checking it proves nothing about your code.",
+                   hint="pass the h2o_keep you wrote in the cell above. If you did write one, an import that runs "
+                   "after it (from swkv_teach.caches.h2o import h2o_keep) replaced it: run your cell again.")
     from swkv_teach.device import device
 
     dev = device()
@@ -339,10 +480,15 @@ def check_h2o_keep(fn) -> None:
         _one(fn, title, scores, weights, positions, budget, recent, dev)
         n += 1
     _stream(fn, dev)
+    _silent_stream(fn, dev)
     rng, gen = random.Random(10), torch.Generator().manual_seed(10)
     for i in range(60):
         scores, weights, positions, budget, recent = _random_case(rng, gen)
         _one(fn, f"random case {i + 1}", scores, weights, positions, budget, recent, dev if i % 2 else "cpu")
+    for i in range(20):
+        scores, weights, positions, budget, recent = _tie_case(rng, gen)
+        _one(fn, f"random case with ties {i + 1}", scores, weights, positions, budget, recent,
+             dev if i % 2 else "cpu")
     passed(f"{_name(fn)} accumulates and evicts as H2O does, like the library's H2OKVCache ({n} scripted cases, "
-           "a 40-step stream, 60 random cases: batch 1-3, 1-4 heads, chunks of 1-5 queries, keys in slot order, "
-           "4 dtypes).")
+           "a 40-step stream, a 16-step stream of ties, 60 random cases and 20 with ties: batch 1-3, 1-4 heads, "
+           "chunks of 1-5 queries, keys in slot order, 4 dtypes).")

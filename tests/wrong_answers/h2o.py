@@ -165,7 +165,7 @@ def returns_indices(scores, weights, positions, budget, recent):
     return torch.tensor([where[int(p)] for p in kept]), kept_scores
 
 
-@wrong("check_h2o_keep", "scores differ")
+@wrong("check_h2o_keep", "scores you were given", "accumulated")
 def returns_old_scores(scores, weights, positions, budget, recent):
     """Decides with the totals but returns the scores it was given."""
     total = _total(scores, weights)
@@ -185,3 +185,74 @@ def updates_scores_in_place(scores, weights, positions, budget, recent):
 def returns_positions_only(scores, weights, positions, budget, recent):
     """Forgets to return the scores the next step needs."""
     return _choose(_total(scores, weights), positions, budget, _outside_recent(positions, recent))[0]
+
+
+# ------------------------------------------------------------------ ties: slot order is not age order
+@wrong("check_h2o_keep", "ties must be broken by age (position), not by slot")
+def ties_by_slot_stable_argsort(scores, weights, positions, budget, recent):
+    """argsort(total, stable=True): ties stay in slot order, which after a wrap is not the order of age."""
+    total = _total(scores, weights)
+    order = torch.argsort(total, stable=True)
+    protected = positions > positions.max() - recent
+    order = order[~protected[order]]
+    keep = torch.ones(len(positions), dtype=torch.bool)
+    keep[order[: max(0, len(positions) - budget)]] = False
+    return positions[keep], total[keep]
+
+
+@wrong("check_h2o_keep", "ties", "position")
+def ties_by_plain_argsort(scores, weights, positions, budget, recent):
+    """argsort(total) (not stable): ties come out in whatever order the sort leaves them."""
+    total = _total(scores, weights)
+    protected = positions > positions.max() - recent
+    order = torch.argsort(total)
+    order = order[~protected[order]]
+    keep = torch.ones(len(positions), dtype=torch.bool)
+    keep[order[: max(0, len(positions) - budget)]] = False
+    return positions[keep], total[keep]
+
+
+@wrong("check_h2o_keep", "ties", "position")
+def ties_by_topk(scores, weights, positions, budget, recent):
+    """topk keeps the heaviest candidates: which of several equal ones it keeps is up to topk."""
+    total = _total(scores, weights)
+    if len(positions) <= budget:
+        return positions, total
+    protected = positions > positions.max() - recent
+    candidates = torch.nonzero(~protected).flatten()
+    keep = protected.clone()
+    keep[candidates[torch.topk(total[candidates], budget - int(protected.sum())).indices]] = True
+    return positions[keep], total[keep]
+
+
+@wrong("check_h2o_keep", "not by slot")
+def ties_by_slot_index_in_python(scores, weights, positions, budget, recent):
+    """sorted(candidates, key=(total, index)): the index is the slot, not the age."""
+    total = _total(scores, weights)
+    return _choose(total, positions, budget, _outside_recent(positions, recent), key=lambda i: (float(total[i]), i))
+
+
+# ------------------------------------------------------------------ what comes back
+@wrong("check_h2o_keep", "bfloat16", "float32")
+def scores_back_in_the_weights_dtype(scores, weights, positions, budget, recent):
+    """Right choice, but the kept scores are cast back to the weights' dtype (bfloat16 keeps 3 digits)."""
+    total = _total(scores, weights)
+    kept, kept_scores = _choose(total, positions, budget, _outside_recent(positions, recent))
+    return kept, kept_scores.to(weights.dtype)
+
+
+@wrong("check_h2o_keep", "not paired with their positions")
+def sorts_positions_not_scores(scores, weights, positions, budget, recent):
+    """Sorts the kept positions for tidiness and leaves the scores in slot order."""
+    total = _total(scores, weights)
+    kept, kept_scores = _choose(total, positions, budget, _outside_recent(positions, recent))
+    return kept.sort().values, kept_scores
+
+
+@wrong("check_h2o_keep", "before adding this step's attention")
+def ranks_by_the_old_scores(scores, weights, positions, budget, recent):
+    """Chooses with the scores it was given, then returns the new totals: this step's attention came too late."""
+    total = _total(scores, weights)
+    kept, _ = _choose(scores, positions, budget, _outside_recent(positions, recent))
+    where = {int(p): i for i, p in enumerate(positions)}
+    return kept, total[[where[int(p)] for p in kept]]
