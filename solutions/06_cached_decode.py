@@ -56,7 +56,9 @@ from swkv_teach.model import Decoder, DecoderConfig
 # `model.lm_head`.
 #
 # Not allowed: `model.step`, `model.score`, `model.generate` (the library's own answers) and `model(...)` (the
-# oracle, which reruns the whole sequence); every layer's cache must take the new keys through `update`. The check compares
+# oracle, which reruns the whole sequence), however they are called (through `type(model)` too); every layer's cache
+# must take the keys and values its `qkv` just made through `update`, and `k_positions` must name the keys `update`
+# returned in their order (a ring that has wrapped returns them in slot order, not sorted). The check compares
 # your logits with `model.forward` on the whole sequence, one token at a time (window 3, 14 tokens) and with
 # prompt chunks longer than the window (window 5). Its tiny decoder has random, non-unit norm weights and
 # sharp attention, so a norm swapped or a position off by one shows. Decoding is inference: the check (and the

@@ -118,6 +118,17 @@ def test_the_oracle_hidden_states_are_the_layers_inputs_and_change_nothing():
         assert torch.equal(model(ids), before)
 
 
+def test_the_decode_check_puts_the_decoder_class_back_even_when_the_answer_fails():
+    from swkv_teach.model import Decoder
+    from tests.wrong_answers import decode as bugs
+
+    before = {name: Decoder.__dict__[name] for name in ("forward", "step", "score", "generate")}
+    for answer in (bugs.decode_class_step, bugs.decode_class_forward_on_the_prefix, bugs.decode_stub):
+        with pytest.raises(ExerciseFailed):
+            grading.check_cached_decode(answer)
+        assert {name: Decoder.__dict__[name] for name in before} == before
+
+
 def test_right_decode_answers_are_well_inside_the_tolerance():
     from swkv_teach.grading import decode as d
     from tests.right_answers import decode as rights

@@ -19,7 +19,7 @@ from collections import defaultdict
 
 import torch
 
-__all__ = ["Spy", "diagnose", "first_difference"]
+__all__ = ["Spy", "diagnose", "first_difference", "foreign_keys", "keys_misnamed"]
 
 
 class _Cache:
@@ -30,7 +30,8 @@ class _Cache:
 
     def update(self, k, v):
         out = self._inner.update(k, v)
-        self._spy.log(self._L, "update", tokens=int(k.shape[2]), k=out[0], positions=self._inner.positions.tolist())
+        self._spy.log(self._L, "update", tokens=int(k.shape[2]), k=out[0], v=out[1], k_in=k, v_in=v,
+                      positions=self._inner.positions.tolist())
         return out
 
     @property
@@ -43,6 +44,7 @@ class _Cache:
         return self._inner.seen
 
     def __len__(self):
+        self._spy.log(self._L, "len")
         return len(self._inner)
 
     def __getattr__(self, name):
@@ -89,8 +91,11 @@ class Spy:
     def _wrap_qkv(self, qkv, L):
         def spy_qkv(x, positions, *args, **kwargs):
             t = torch.as_tensor(positions)
-            self.log(L, "qkv", positions=t.flatten().tolist(), integer=not (t.is_floating_point() or t.is_complex()))
-            return qkv(x, positions, *args, **kwargs)
+            out = qkv(x, positions, *args, **kwargs)
+            k, v = (out[1], out[2]) if isinstance(out, tuple) and len(out) == 3 else (None, None)
+            self.log(L, "qkv", positions=t.flatten().tolist(), integer=not (t.is_floating_point() or t.is_complex()),
+                     k=k, v=v)
+            return out
 
         return spy_qkv
 
@@ -98,7 +103,7 @@ class Spy:
         def spy_attend(q, k, v, q_positions, k_positions, *args, **kwargs):
             window_size = kwargs.get("window_size", args[1] if len(args) > 1 else None)
             qp, kp = torch.as_tensor(q_positions), torch.as_tensor(k_positions)
-            self.log(L, "attend", q_positions=qp.flatten().tolist(), k_positions=kp.flatten().tolist(), k=k,
+            self.log(L, "attend", q_positions=qp.flatten().tolist(), k_positions=kp.flatten().tolist(), k=k, v=v,
                      window_size=window_size, integer=not (qp.is_floating_point() or kp.is_floating_point()))
             return attend(q, k, v, q_positions, k_positions, *args, **kwargs)
 
@@ -213,10 +218,16 @@ def diagnose(spy: Spy, model, completed: bool = True) -> str | None:
         if spy.start > 0 and g == list(range(0, spy.c)):
             return (f"no RoPE offset: the new tokens were rotated at positions {g}, as if each call started the "
                     f"sequence; they sit at {exp}. Start at caches[0].seen, read before the update.")
-        if g == list(range(stored, stored + spy.c)):
+        before = _before_update(spy, 0)
+        if g == list(range(stored, stored + spy.c)) and "len" in before:
             return (f"RoPE positions from len(cache): {g} instead of {exp}. Once the window is full len(cache) "
                     "stops at W while positions keep growing; use caches[0].seen (tokens seen), read before the "
                     "update.")
+        if "positions" in before:
+            return (f"the new tokens were rotated at positions {g}; they sit at {exp}. You derived them from "
+                    "cache.positions read before the update (its last entry + 1, or its length?): once a ring has "
+                    "wrapped, positions lists the keys in slot order, so its last entry is not the newest, and it "
+                    "never holds more than W. Use caches[0].seen, the number of tokens seen.")
         return f"the positions given to attn.qkv were {g}; the new tokens sit at {exp} (caches[0].seen onwards)."
     # 4. what attend was given
     for L in layers:
@@ -246,9 +257,9 @@ def diagnose(spy: Spy, model, completed: bool = True) -> str | None:
                 return (f"layer {L} gave attend {len(info['k_positions'])} k_positions for {k.shape[2]} keys: "
                         "k_positions is cache.positions, read after the update (one position per key update "
                         "returned), not the new tokens' positions.")
-            if up and info["k_positions"] != up["positions"]:
-                return (f"layer {L} gave attend k_positions {info['k_positions']}, but the keys update returned sit at "
-                        f"{up['positions']}: pass cache.positions, read after the update.")
+            found = key_order(L, info, up, _read_after_update(spy, L))
+            if found:
+                return found
     # 5. norms
     for L in layers:
         order = spy.order(L)
@@ -271,6 +282,88 @@ def diagnose(spy: Spy, model, completed: bool = True) -> str | None:
     if completed and not spy.order("final").count("norm"):
         return "model.norm was not applied: the logits are model.lm_head(model.norm(x))."
     return None
+
+
+def _before_update(spy: Spy, L) -> list:
+    """What layer ``L``'s cache was asked (``len``, ``positions``) before its first update in this call."""
+    order = spy.order(L)
+    return order[: order.index("update")] if "update" in order else order
+
+
+def _read_after_update(spy: Spy, L) -> bool:
+    order = spy.order(L)
+    return "update" in order and "positions" in order[order.index("update") + 1 :]
+
+
+def keys_misnamed(spy: Spy, n_layers: int) -> str | None:
+    """A layer whose attend k_positions do not name, in order, the keys its cache.update returned."""
+    for L in range(n_layers):
+        ups, attends = spy.kinds(L, "update"), spy.kinds(L, "attend")
+        for i, info in enumerate(attends):
+            up = ups[i] if len(ups) == len(attends) else (ups[-1] if ups else None)
+            found = key_order(L, info, up, _read_after_update(spy, L))
+            if found:
+                return found
+    return None
+
+
+def _within(t: torch.Tensor, outs: list) -> bool:
+    """``t`` ``(B, H, n, D)`` equals ``n`` consecutive tokens of one of ``outs`` (what qkv returned)."""
+    n = t.shape[2]
+    for o in outs:
+        if o is None or o.dim() != 4 or o.shape[:2] != t.shape[:2] or o.shape[3] != t.shape[3] or o.shape[2] < n:
+            continue
+        for s in range(o.shape[2] - n + 1):
+            if torch.allclose(o[:, :, s : s + n].float(), t.float().to(o.device), atol=1e-6, rtol=1e-5):
+                return True
+    return False
+
+
+def foreign_keys(spy: Spy, n_layers: int) -> str | None:
+    """A layer that handed ``cache.update`` keys or values its own ``attn.qkv`` did not return in this call."""
+    for L in range(n_layers):
+        made = spy.kinds(L, "qkv")
+        for up in spy.kinds(L, "update"):
+            for name, word in (("k", "keys"), ("v", "values")):
+                t = up[f"{name}_in"]
+                if not isinstance(t, torch.Tensor) or t.dim() != 4 or _within(t, [m[name] for m in made]):
+                    continue
+                what = "all zeros" if not t.any() else "not the ones it returned"
+                return (f"layer {L} handed cache.update {word} that its attn.qkv did not just return ({what}): "
+                        "the caches must hold the model's real keys and values, since later calls attend over "
+                        "them. In every layer: q, k, v = layer.attn.qkv(layer.attn_norm(x), positions); "
+                        "k, v = cache.update(k, v); then attend over what update returned.")
+    return None
+
+
+def key_order(L, attend: dict, up: dict | None, read_after: bool = True) -> str | None:
+    """``attend``'s k_positions do not name the keys it was given (``up``: the update that returned them).
+
+    ``read_after``: the layer read ``cache.positions`` after its update (False: it made k_positions itself)."""
+    if not up:
+        return None
+    kp, pos = attend["k_positions"], up["positions"]
+    if kp == pos:
+        return None
+    if sorted(kp) == sorted(pos) and len(set(pos)) == len(pos):
+        k, ck = attend["k"], up["k"]
+        if k.dim() == 4 and ck.dim() == 4 and k.shape[1] != ck.shape[1] and k.shape[1] % max(ck.shape[1], 1) == 0:
+            ck = ck.repeat_interleave(k.shape[1] // ck.shape[1], dim=1)
+        perm = torch.tensor([pos.index(p) for p in kp], device=ck.device)
+        if k.shape == ck.shape and torch.equal(k, ck.index_select(2, perm)):
+            return None  # keys and their positions re-ordered together: consistent
+        if not read_after:
+            why = ("built by hand, not read from the cache: torch.arange(end - n, end) assumes the keys come back "
+                   "chronologically")
+        elif kp == sorted(pos):
+            why = "cache.positions sorted chronologically"
+        else:
+            why = "cache.positions re-ordered"
+        return (f"layer {L} gave attend k_positions {kp} ({why}), but the keys update returned sit at {pos}, in "
+                "that order: a ring that has wrapped returns its slots as they lie, so position i must name key i. "
+                "Pass cache.positions as it is, read after the update.")
+    return (f"layer {L} gave attend k_positions {kp}, but the keys update returned sit at {pos}: pass "
+            "cache.positions, read after the update.")
 
 
 def first_difference(spy: Spy, oracle: dict) -> str:

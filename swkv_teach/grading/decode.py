@@ -23,10 +23,12 @@ layer's input first differs from the oracle's.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from swkv_teach.device import device as pick_device
-from swkv_teach.grading._decode_spy import Spy, diagnose, first_difference
+from swkv_teach.grading._decode_spy import Spy, diagnose, first_difference, foreign_keys, keys_misnamed
 from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint, show
 
 VOCAB = 32
@@ -42,16 +44,39 @@ class _Forbidden(RuntimeError):
     """Raised by model.step/score/generate during the check."""
 
 
+FORBIDDEN = ("step", "score", "generate", "forward")
+
+
 def _forbid(name: str):
     def refuse(*args, **kwargs):
         if name == "forward":
-            raise _Forbidden("model(...) (model.forward) reruns the whole sequence without a cache, the library's "
-                             "oracle: build the step from the parts (embed, layers' attn/mlp, norm, lm_head) "
-                             "through the caches instead.")
-        raise _Forbidden(f"model.{name}() is the library's finished answer: build the step from the parts "
-                         "(embed, layers' attn/mlp, norm, lm_head) instead.")
+            raise _Forbidden("model(...) (model.forward, however called: type(model).forward too) reruns the whole "
+                             "sequence without a cache, the library's oracle: build the step from the parts (embed, "
+                             "layers' attn/mlp, norm, lm_head) through the caches instead.")
+        raise _Forbidden(f"model.{name}() (however called: type(model).{name} too) is the library's finished answer: "
+                         "build the step from the parts (embed, layers' attn/mlp, norm, lm_head) instead.")
 
     return refuse
+
+
+@contextmanager
+def _refused(model):
+    """model.step/score/generate/forward refused on the instance and on its class while the learner runs."""
+    cls, saved = type(model), {}
+    for attr in FORBIDDEN:
+        saved[attr] = cls.__dict__.get(attr, _MISSING)
+        setattr(cls, attr, _forbid(attr))
+    try:
+        yield
+    finally:
+        for attr, orig in saved.items():
+            if orig is _MISSING:
+                delattr(cls, attr)
+            else:
+                setattr(cls, attr, orig)
+
+
+_MISSING = object()
 
 
 def make_model(W: int, dev):
@@ -103,6 +128,14 @@ def _through_caches(case: str, spy, c: int) -> None:
                        "over only the new tokens, attend over what it returns, positions from caches[0].seen.")
 
 
+def _real_keys(case: str, spy, n_layers: int) -> None:
+    """Each update got the keys and values its layer's qkv just made, and attend names them in their order."""
+    found = foreign_keys(spy, n_layers) or keys_misnamed(spy, n_layers)
+    if found:
+        raise fail(case, "your logits are right here, but not for the right reason (found by watching your calls "
+                   "to the model's parts and the caches):", hint=found)
+
+
 def check_cached_decode(fn) -> None:
     """Exercise 06: ``fn(model, input_ids, caches)`` must give ``model.forward``'s logits, chunk by chunk."""
     dev = pick_device()
@@ -113,7 +146,7 @@ def check_cached_decode(fn) -> None:
         with torch.no_grad():
             expected = model(ids)  # (B, T, vocab): the oracle
             hidden = Spy.oracle_hidden(model, ids)
-        for attr in ("step", "score", "generate", "forward"):
+        for attr in FORBIDDEN:
             setattr(model, attr, _forbid(attr))
         spy = Spy(model)
         start = 0
@@ -123,7 +156,7 @@ def check_cached_decode(fn) -> None:
             spy.begin(start, c)
             returned = False
             try:
-                with torch.no_grad():
+                with torch.no_grad(), _refused(model):
                     got = call(case, f"{name}()", fn, model, ids[:, start : start + c], spy.caches)
                 returned = True
                 exp = expected[:, start : start + c]
@@ -137,8 +170,10 @@ def check_cached_decode(fn) -> None:
                                + ("; positions before it matched." if bad else "."),
                                hint=first_difference(spy, hidden), generic=True)
                 _through_caches(case, spy, c)  # right logits, but were they computed through the caches?
+                _real_keys(case, spy, len(model.layers))
             except ExerciseFailed as e:
-                if "build the step from the parts" in str(e) or "was never updated in this call" in str(e):
+                if "build the step from the parts" in str(e) or "was never updated in this call" in str(e) or \
+                        "not for the right reason" in str(e):
                     raise  # already names the bug
                 found = diagnose(spy, model, completed=returned)
                 if found:

@@ -243,3 +243,70 @@ def decode_reruns_layers_on_the_prefix(model, input_ids, caches):
     for layer in model.layers:
         x = layer(x, pos)
     return model.lm_head(model.norm(x))[:, -input_ids.shape[1] :]
+
+
+# ---------------------------------------------------------------- red team, round 2: the class, the keys, their order
+@wrong("check_cached_decode", "type(model).forward")
+def decode_class_forward_on_the_prefix(model, input_ids, caches):
+    """Reruns the oracle through the class, type(model).forward(model, ids), with dummy zero cache updates."""
+    caches.ids = input_ids if caches[0].seen == 0 else torch.cat([caches.ids, input_ids], dim=1)
+    d = model.config
+    for cache in caches:
+        z = torch.zeros(input_ids.shape[0], d.n_kv_heads, input_ids.shape[1], d.head_dim, device=input_ids.device)
+        cache.update(z, z)
+    return type(model).forward(model, caches.ids)[:, -input_ids.shape[1] :]
+
+
+@wrong("check_cached_decode", "type(model).step")
+def decode_class_step(model, input_ids, caches):
+    """Calls the library's finished answer through the class: type(model).step(model, ids, caches)."""
+    return type(model).step(model, input_ids, caches)
+
+
+@wrong("check_cached_decode", "handed cache.update keys", "all zeros", "not for the right reason")
+def decode_layers_on_the_prefix_with_dummy_updates(model, input_ids, caches):
+    """Reruns every layer without a cache over the whole prefix and feeds the caches zeros to look cached."""
+    caches.ids = input_ids if caches[0].seen == 0 else torch.cat([caches.ids, input_ids], dim=1)
+    d = model.config
+    for cache in caches:
+        z = torch.zeros(input_ids.shape[0], d.n_kv_heads, input_ids.shape[1], d.head_dim, device=input_ids.device)
+        cache.update(z, z)
+    pos = torch.arange(caches.ids.shape[1], device=input_ids.device)
+    x = model.embed(caches.ids)
+    for layer in model.layers:
+        x = layer(x, pos)
+    return model.lm_head(model.norm(x))[:, -input_ids.shape[1] :]
+
+
+def _kpos(model, input_ids, caches, kpos):
+    pos = _positions(caches, input_ids)
+    x = model.embed(input_ids)
+    for layer, cache in zip(model.layers, caches):
+        q, k, v = layer.attn.qkv(layer.attn_norm(x), pos)
+        k, v = cache.update(k, v)
+        x = x + layer.attn.attend(q, k, v, pos, kpos(cache, pos, k))
+        x = x + layer.mlp(layer.mlp_norm(x))
+    return model.lm_head(model.norm(x))
+
+
+@wrong("check_cached_decode", "built by hand", "torch.arange(end - n, end)", "[3, 1, 2]")
+def decode_key_positions_by_arange(model, input_ids, caches):
+    """k_positions = torch.arange(end - n, end): assumes the keys come back chronologically (a wrapped ring's don't)."""
+    def kpos(cache, pos, k):
+        end = int(pos[-1]) + 1
+        return torch.arange(end - k.shape[2], end, device=k.device)
+
+    return _kpos(model, input_ids, caches, kpos)
+
+
+@wrong("check_cached_decode", "sorted chronologically", "[3, 1, 2]", "cache.positions as it is")
+def decode_key_positions_sorted(model, input_ids, caches):
+    """k_positions = sorted(cache.positions): the right set, but a wrapped ring returns its keys in slot order."""
+    return _kpos(model, input_ids, caches, lambda cache, pos, k: torch.sort(cache.positions).values.to(k.device))
+
+
+@wrong("check_cached_decode", "cache.positions read before the update", "[3]", "[4]", "caches[0].seen")
+def decode_start_after_last_position(model, input_ids, caches):
+    """Next position = cache.positions[-1] + 1: in slot order the last entry is not the newest after a wrap."""
+    start = int(caches[0].positions[-1]) + 1 if caches[0].seen else 0
+    return _run(model, input_ids, caches, _positions(caches, input_ids, start=start))
