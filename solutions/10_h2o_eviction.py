@@ -65,9 +65,12 @@ print("their scores:  ", [round(x, 3) for x in cache.scores().tolist()])
 # * `positions` `(keys,)`: the keys' absolute positions, in slot order (not sorted). The newest is `positions.max()`.
 # * New scores: `scores + weights averaged over batch and heads, summed over queries`.
 # * Never evict the `recent` newest positions. If more than `budget` keys remain, evict the lowest new scores,
-#   the **oldest** first among equal scores, until `budget` remain (`0 <= recent <= budget`).
-# * Return the kept positions and their new scores (a tensor or a list; any order, each score with its position).
-#   Do not change the tensors you were given.
+#   the **oldest** first among equal scores, until `budget` remain (`0 <= recent <= budget`). Oldest means the
+#   smallest *position*, not the first slot: after the ring wraps, slot order is not age order.
+# * Return the kept positions and their new scores, in float32 (a tensor or a list; any order, each score with
+#   its position). Do not change the tensors you were given.
+# * Write it yourself: the check compares with the library's `swkv_teach.caches.h2o.h2o_keep`, so it refuses that
+#   function.
 #
 # <details><summary>Hint 1</summary>
 #
