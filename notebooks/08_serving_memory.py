@@ -166,8 +166,9 @@ print("same keys:", torch.equal(ring.ordered()[0], paged.ordered()[0]))
 # `block_size * (ceil((W - 1) / block_size) + 1)` token slots for `W` tokens. Without a window only the last
 # block wastes room, which is the paper's point (section 4.3: the waste of a sequence stays within one
 # block). Small blocks waste little but make long block tables (more entries to look up, shorter
-# contiguous reads); big blocks do the reverse. The paper's ablation of the block size (section 7) settles
-# on 16, large enough to keep the GPU busy and small enough to waste little, and 16 is vLLM's default.
+# contiguous reads); big blocks do the reverse. The paper's ablation of the block size (section 7.2, "Impact
+# of Block Size") settles on 16, large enough to keep the GPU busy and small enough to waste little: "vLLM sets
+# its default block size as 16" (today's default depends on the platform; 16 on CUDA when unset).
 #
 # The worst case, and the average measured on a real `PagedKVCache` over 500 tokens, for the checkpoint's
 # window (64) and Mistral 7B's (4096):
@@ -222,7 +223,8 @@ plt.show()
 # continuous batching). Each request is a prompt of its own length from the held-out files and a number of
 # tokens to generate greedily; the running ones decode one token each per step, interleaved, and when one
 # finishes, `reset()` returns its blocks and the next request starts on them. Each of the 3 layers has its
-# own pool (vLLM keeps one KV tensor per layer too), sized for exactly three windows of 64 tokens in blocks
+# own pool (engines size their KV memory per layer too; vLLM's hybrid allocator can also let layers of
+# different kinds share one tensor, which we leave out), sized for exactly three windows of 64 tokens in blocks
 # of 16: 5 blocks a sequence, 15 a layer, 240 token slots.
 
 # %%
@@ -302,13 +304,17 @@ plt.show()
 # Each request's share saturates at 64 to 80 slots (4 or 5 blocks) however long it runs; when it finishes
 # its blocks go back, and the next request grows into them. Two things to notice in the numbers above. The block tables
 # are the same in every layer, because every layer takes and returns blocks in the same order: that is why
-# vLLM keeps a single block table per sequence for all layers. And the greedy text is token for token the
+# an engine can keep one block table per sequence for all layers that share an attention type. vLLM v1 keeps
+# one per *group* of such layers (`MultiGroupBlockTable` in `vllm/v1/worker/block_table.py`): a hybrid
+# model such as Gemma 2 or 3 has one group for its sliding layers and one for its global layers. And the greedy text is token for token the
 # ring's: paging changes where the keys live, not what attention computes.
 #
-# Real engines free slightly earlier than we do: vLLM's `SlidingWindowManager.remove_skipped_blocks`
-# (`vllm/v1/core/single_type_kv_cache_manager.py`) frees, before each step, the blocks wholly before
-# `num_computed_tokens - sliding_window + 1`, the next query's `W - 1` predecessors, and puts a null block in
-# their place in the table. Ours keeps the last `W` so that its stored tokens match the ring's.
+# Real engines free slightly earlier than we do. In vLLM v1 (`vllm/v1/core/single_type_kv_cache_manager.py`
+# at commit 129ab7c) `SingleTypeKVCacheManager.remove_skipped_blocks` frees, before each step, the blocks
+# wholly before the tokens a layer may still need, and `SlidingWindowManager.get_num_skipped_tokens` says how
+# many that is for a window: `max(0, num_computed_tokens - sliding_window + 1)`, so the next query keeps its
+# `W - 1` predecessors; a null block takes the freed block's place in the table (older releases had
+# `remove_skipped_blocks` on `SlidingWindowManager` itself). Ours keeps the last `W` so that its stored tokens match the ring's.
 #
 # ## 4. The int8 cache: memory against the window
 #
@@ -388,10 +394,11 @@ print(f"the two continuations agree for the first {first if first is not None el
 # logit difference the first time two candidates are nearly tied, and from then on the model conditions on
 # different text. Neither continuation is worse; they are different samples of the same model. That is the
 # usual finding for 8-bit KV caches; 4 and 2 bits need more care (KIVI, Liu et al. 2024, quantises keys per
-# channel because a few channels carry large values for every token). Hugging Face's `QuantizedCache`
-# (transformers `cache_utils.py`) follows that line: per-channel groups of `q_group_size=64`, 4 bits by
-# default, and up to `residual_length=128` recent tokens kept in full precision, re-quantised together each
-# time that buffer fills.
+# channel because a few channels carry large values for every token, and values per token). Hugging Face's
+# `QuantizedCache` (transformers `cache_utils.py`) borrows the idea but quantises keys *and* values per
+# channel, "in contrast to what was described in the paper" (its own docstring): groups of
+# `q_group_size=64`, 4 bits by default, and the most recent tokens (fewer than `residual_length=128`) kept in
+# full precision, re-quantised together each time that buffer fills.
 #
 # ## 6. Hybrid stacks in the same arithmetic
 #
@@ -439,7 +446,8 @@ for name, (loc, glo, w) in models.items():
 #   demand and, with a sliding window, returned the step their last token leaves the window.
 # * Between updates a sequence holds at most `ceil((W - 1) / block_size) + 1` blocks: at most about one
 #   block per sequence more than the window itself. Small blocks waste less; large blocks read faster.
-# * The block tables of all layers coincide, so engines keep one per sequence.
+# * The block tables of layers of one attention type coincide, so engines keep one per sequence for each
+#   such group of layers (vLLM v1: one per group; a hybrid model has two).
 # * int8 with a float32 absmax scale per token and head: `(head_dim + 4) / (2 * head_dim)` of float16, every
 #   element within `max |x| / 254`, and on the checkpoint a held-out loss change in the fourth decimal.
 # * In hybrid stacks the global layers dominate long-context memory: quantise them first.

@@ -22,7 +22,8 @@ Who else counts this way, and who does not
   #39408), first released in v4.56.0; since then every backend sees ``W``.
 * flash-attention: ``window_size=(W - 1, 0)``; its docstring says query ``i``
   sees keys ``[i - window_size[0], i + window_size[1]]`` inclusive
-  (``flash_attn_interface.py``, ``flash_attn_func``).
+  (``flash_attn_interface.py``, ``flash_attn_qkvpacked_func``; ``flash_attn_func``
+  states the same with the offset ``seqlen_k - seqlen_q`` for unequal lengths).
 * xFormers' ``make_local_attention(W)``, which mistral-inference (then
   mistral-src) uses for Mistral 7B: ``torch.triu(mask, diagonal=shift - W + 1)``
   (``xformers/ops/fmha/attn_bias.py``).

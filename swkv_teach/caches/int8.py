@@ -19,8 +19,10 @@ in float16. With ``head_dim = 128`` that is 132 / 512 bytes: 26 % of float32,
 
 Hugging Face's ``QuantizedCache`` (transformers ``cache_utils.py``) quantises
 differently: per channel in groups of ``q_group_size=64`` (quanto or HQQ
-backends, ``nbits=4`` by default), after KIVI (Liu et al., 2024), and it keeps
-up to ``residual_length=128`` recent tokens in full precision, re-quantising
+backends, ``nbits=4`` by default), keys and values both; KIVI (Liu et al.,
+2024), which it cites, quantises keys per channel but values per token, and the
+class's docstring says it departs from the paper there. It keeps the most recent
+tokens (fewer than ``residual_length=128``) in full precision, re-quantising
 everything together each time that buffer fills.
 
 The cache stores its int8 data and its scales in two

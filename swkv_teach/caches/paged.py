@@ -24,13 +24,15 @@ token per step, a fresh pool handing out blocks 0, 1, 2, ...::
 Between updates a sequence holds at most ``ceil((W - 1) / block_size) + 1``
 blocks (``W`` consecutive tokens straddle that many); its first block may
 still hold tokens that left the window and its last may be partly unwritten.
-Without a window only the last one wastes room: the paper's "memory waste
-within one block" per sequence (section 4.3).
+Without a window only the last one wastes room: "vLLM limits all the memory
+wastes for a request within one block" (PagedAttention paper, section 4.3).
 
-vLLM does the same for sliding-window layers: ``SlidingWindowManager.remove_skipped_blocks``
-(``vllm/v1/core/single_type_kv_cache_manager.py``) frees, before each step, the blocks
-wholly before ``num_computed_tokens - sliding_window + 1`` (the next query's
-``W - 1`` predecessors) and puts a null block in their place in the table. We
+vLLM does the same for sliding-window layers (``vllm/v1/core/single_type_kv_cache_manager.py``
+at commit 129ab7c): ``SingleTypeKVCacheManager.remove_skipped_blocks`` frees, before each
+step, the blocks wholly before the tokens still needed, which
+``SlidingWindowManager.get_num_skipped_tokens`` puts at
+``max(0, num_computed_tokens - sliding_window + 1)`` (the next query's ``W - 1``
+predecessors), and puts a null block in their place in the table. We
 free one token later, keeping the last ``W`` as the ring does, so that
 :meth:`PagedKVCache.ordered` matches the ring's. vLLM's free blocks queue up
 first-in, first-out (``FreeKVCacheBlockQueue``, ``vllm/v1/core/kv_cache_utils.py``);
