@@ -150,3 +150,25 @@ def test_the_check_is_fast():
     t0 = time.perf_counter()
     check_h2o_keep(own_h2o_keep)
     assert time.perf_counter() - t0 < 5.0
+
+
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("as_", ["tensor", "numpy", "list of 0-d tensors"])
+def test_half_precision_scores_are_refused_however_returned(half, as_):
+    def answer(scores, weights, positions, budget, recent):
+        kept, sc = own_h2o_keep(scores, weights, positions, budget, recent)
+        sc = sc.to(half)
+        return kept, {"tensor": sc, "numpy": sc.float().numpy().astype("float16"), "list of 0-d tensors": list(sc)}[as_]
+
+    with pytest.raises(ExerciseFailed) as info:
+        check_h2o_keep(answer)
+    assert "float32" in str(info.value) and "returned the scores in" in str(info.value)
+
+
+@pytest.mark.parametrize("as_", ["float64", "list of floats", "numpy float32"])
+def test_scores_at_least_as_precise_as_float32_pass(as_, capsys):
+    def answer(scores, weights, positions, budget, recent):
+        kept, sc = own_h2o_keep(scores, weights, positions, budget, recent)
+        return kept, {"float64": sc.double(), "list of floats": sc.tolist(), "numpy float32": sc.numpy()}[as_]
+
+    passes(answer, capsys)

@@ -187,8 +187,8 @@ def _normalise(case, got, n_keys):
                    "positions and floating-point scores.",
                    hint="positions are the absolute positions from `positions` (not indices or a mask); scores "
                    "are float.")
-    if isinstance(got[1], torch.Tensor) and got[1].is_floating_point() and torch.finfo(got[1].dtype).bits < 32:
-        raise fail(case, f"returned the scores in {str(got[1].dtype)[6:]}; the exercise asks for float32.",
+    if torch.finfo(sc.dtype).bits < 32:  # a tensor, an array or a list of 0-d tensors in half precision
+        raise fail(case, f"returned the scores in {str(sc.dtype)[6:]}; the exercise asks for float32.",
                    hint="compute and return the scores in float32 (scores.float() + weights.float()...), without "
                    "casting back to the weights' dtype: a half-precision score keeps only 3-4 significant digits, "
                    "and as it grows step after step the small differences that rank the tokens are rounded away.")
