@@ -162,8 +162,8 @@ def _scripted():
     cases.append(("all-zero attention (ties), keys in ring slot order after a wrap", torch.zeros(6),
                   torch.zeros(1, 2, 1, 6), torch.tensor([4, 5, 0, 1, 2, 3]), 4, 1))
     w = torch.full((2, 3, 1, 6), 1 / 6).to(torch.bfloat16)  # every key the same share: the old scores decide
-    cases.append(("equal scores (ties) in ring slot order, batch 2, 3 heads, bfloat16",
-                  torch.tensor([0.5, 0.5, 0.0, 1.0, 0.5, 0.5]), w, torch.tensor([6, 7, 8, 3, 4, 5]), 4, 1))
+    cases.append(("equal scores (ties) in slot order, batch 2, 3 heads, bfloat16",  # slot != age != newest first
+                  torch.tensor([0.5, 0.5, 0.0, 1.0, 0.5, 0.5]), w, torch.tensor([5, 7, 8, 3, 4, 6]), 4, 1))
     # under budget: nothing evicted, still accumulated
     w = _weights(2, 3, 2, torch.arange(4), g)
     cases.append(("under budget (4 keys, budget 6)", torch.tensor([0.5, 0.25, 0.0, 0.0]), w, torch.arange(4), 6, 2))
