@@ -33,6 +33,7 @@ import torch
 
 from swkv_teach.grading._report import ExerciseFailed, call, fail, rehint
 from swkv_teach.grading._report import learner_name as _name
+from swkv_teach.grading._own import library_inside
 from swkv_teach.grading._retained import growth, retained
 from swkv_teach.grading._tokens import INSTANCES, STREAM, Inputs, check_kind, describe, token, unpack_kv
 
@@ -189,6 +190,9 @@ def drive(judge: Judge, run: Run, dev, base: int = 0, cache=None, label: str = "
         k, v = unpack_kv(case, call(case, "update()", cache.update, k_new, v_new))
         ek, ev = judge.oracle.update(*token(p, run.dtype, dev, run.shape, base, zero))
         check_kind(case, k, v, k_new)
+        if p == 0 and library_inside(cache):
+            raise fail(case, f"{library_inside(cache)}: the check compares with that very class, so it shows "
+                       "nothing about your code.", hint="store and evict the keys and values yourself.")
         judge.step(Step(p, case, k_new, k, v, ek, ev, base, run.zeros, cache))
         inputs.check_untouched(case)
         r = _bounded(case, cache, cap, k_new)

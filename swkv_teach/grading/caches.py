@@ -17,6 +17,7 @@ import torch
 
 from swkv_teach.caches import RingBufferKVCache, SlidingWindowKVCache
 from swkv_teach.device import device as pick_device
+from swkv_teach.grading._own import refuse_library
 from swkv_teach.grading._drive import BF16, F16, F64, SHAPE0, Judge, Run, Step, check_runs, interleave, make, pristine
 from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint
 from swkv_teach.grading._report import learner_name as _name
@@ -216,6 +217,7 @@ def _example_isolate(e: ExerciseFailed, cls, snapshot, dev) -> ExerciseFailed:
 
 def check_sliding_window_cache(cls) -> None:
     """Exercise 01: the problem statement's ``SlidingWindowKVCache(window_size)`` with ``update(k_new, v_new)``."""
+    refuse_library("check_sliding_window_cache", cls, SlidingWindowKVCache, "SlidingWindowKVCache")
     dev = pick_device()
     snapshot = pristine(cls)
     check_runs(SlidingJudge, cls, SLIDING_RUNS[:1], dev)  # the first instance, alone
@@ -330,6 +332,7 @@ _COPY = ("ordered() must return a copy: index_select (or .clone()) makes new mem
 def check_ring_buffer_cache(cls) -> None:
     """Exercise 03: ``RingBufferKVCache(window_size)``: one-token ``update`` in slot order, ``positions``,
     ``ordered()``."""
+    refuse_library("check_ring_buffer_cache", cls, RingBufferKVCache, "RingBufferKVCache")
     dev = pick_device()
     check_runs(RingJudge, cls, RING_RUNS, dev, pristine(cls))
     interleave(RingJudge, cls, LIVE, dev)

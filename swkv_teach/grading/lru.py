@@ -23,6 +23,7 @@ import copy
 import random
 
 from swkv_teach.caches import LRUKVCache
+from swkv_teach.grading._own import library_inside, refuse_library
 from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint, show
 from swkv_teach.grading._report import learner_name as _name
 
@@ -41,6 +42,10 @@ class _Script:
                 raise fail(self.title,
                            f"{_name(cls)}({max_size}) gave a {type(self.mine).__name__} with no {m}() method.",
                            hint="pass the class itself to the check, with put(token_id, key, value) and get(token_id).")
+        inside = library_inside(self.mine)
+        if inside:
+            raise fail(self.title, f"{inside}: the check compares with that very class, so it shows nothing.",
+                       hint="write the LRU logic yourself (an OrderedDict, or a dict and a list).")
         self.oracle = LRUKVCache(max_size)
         self.cls, self.max_size, self.log = cls, max_size, []  # log: the calls so far, to rebuild a twin
         self.version: dict = {}
@@ -317,6 +322,7 @@ def _random(cls) -> None:
 
 def check_lru_cache(cls) -> None:
     """Exercise 04: ``cls(max_size)`` with ``put``/``get``, ``get`` promoting, ``ValueError`` for ``max_size <= 0``."""
+    refuse_library("check_lru_cache", cls, LRUKVCache, "LRUCache")
     try:
         _scenarios(cls)
         _random(cls)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from swkv_teach.grading._own import refuse_library
 from swkv_teach.grading._report import call, fail, grid, passed, show
 from swkv_teach.masks import sliding_window_mask
 
@@ -96,6 +97,7 @@ def _mask_hint(fn, got: torch.Tensor, T: int, W: int) -> str:
 
 def check_sliding_window_mask(fn) -> None:
     """Exercise 02: compare ``fn(seq_len, window_size)`` with the library's mask for every small case."""
+    refuse_library("check_sliding_window_mask", fn, sliding_window_mask, "sliding_window_mask")
     name = getattr(fn, "__name__", "your function")
     n = 0
     for T, W in _cases():

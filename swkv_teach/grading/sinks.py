@@ -14,6 +14,7 @@ import torch
 from swkv_teach.caches import SinkKVCache
 from swkv_teach.device import device as pick_device
 from swkv_teach.grading._drive import BF16, F16, F64, Judge, Run, Step, check_runs, interleave, pristine
+from swkv_teach.grading._own import refuse_library
 from swkv_teach.grading._report import call, fail, passed
 from swkv_teach.grading._report import learner_name as _name
 from swkv_teach.grading._tokens import as_positions, labels, read_positions, token
@@ -124,6 +125,7 @@ class SinkJudge(Judge):
 
 def check_sink_cache(cls) -> None:
     """Exercise 05: ``SinkCache(num_sinks, window_size)``: the first ``num_sinks`` tokens forever plus the last W."""
+    refuse_library("check_sink_cache", cls, SinkKVCache, "SinkCache")
     dev = pick_device()
     check_runs(SinkJudge, cls, SINK_RUNS, dev, pristine(cls))
     interleave(SinkJudge, cls, SINK_LIVE, dev)

@@ -236,3 +236,26 @@ class FalsyIdZero(_LRU):
         if not token_id or token_id not in self.cache:
             return None
         return super().get(token_id)
+
+
+# ---------------------------------------------------------------- the library's own answer handed in
+import swkv_teach  # noqa: E402
+
+
+@wrong("check_lru_cache", "library's own", "swkv_teach.LRUKVCache")
+class LibraryLRU(swkv_teach.LRUKVCache):
+    """LRUCache = swkv_teach.LRUKVCache (here a subclass, so the library's class stays clean)."""
+
+
+@wrong("check_lru_cache", "keeps the library's own lrukvcache", "self.lru")
+class WrapsTheLibraryLRU:
+    """Holds the library's own LRUKVCache and forwards put/get to it."""
+
+    def __init__(self, max_size):
+        self.lru = swkv_teach.LRUKVCache(max_size)
+
+    def put(self, token_id, key, value):
+        self.lru.put(token_id, key, value)
+
+    def get(self, token_id):
+        return self.lru.get(token_id)

@@ -89,3 +89,16 @@ def mask_from_a_fixed_buffer(seq_len, window_size):
     """Slices a precomputed 16 x 16 causal buffer: right up to 16 tokens, the wrong shape beyond."""
     i, j = _ij(seq_len)
     return _BUFFER[:seq_len, :seq_len] & (j > i - window_size)[:16, :16]
+
+
+# ---------------------------------------------------------------- the library's own answer handed in
+from swkv_teach import sliding_window_mask as _library_mask  # noqa: E402
+
+
+@wrong("check_sliding_window_mask", "library's own", "swkv_teach.sliding_window_mask")
+def library_mask(seq_len, window_size):
+    """The library's sliding_window_mask behind functools.wraps (sliding_window_mask = swkv_teach.sliding_window_mask)."""
+    return _library_mask(seq_len, window_size)
+
+
+library_mask.__wrapped__ = _library_mask

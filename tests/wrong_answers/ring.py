@@ -308,3 +308,20 @@ class OrderedViewOfAScratchBuffer(_Ring):
         torch.index_select(self.k_buf, 2, order, out=self.scratch[0][:, :, :n])
         torch.index_select(self.v_buf, 2, order, out=self.scratch[1][:, :, :n])
         return self.scratch[0][:, :, :n], self.scratch[1][:, :, :n]
+
+
+# ---------------------------------------------------------------- the library's own answer handed in
+import swkv_teach  # noqa: E402
+
+
+@wrong("check_ring_buffer_cache", "library's own", "swkv_teach.RingBufferKVCache")
+class LibraryRing(swkv_teach.RingBufferKVCache):
+    """RingBufferKVCache = swkv_teach.RingBufferKVCache (here a subclass, so the library's class stays clean)."""
+
+
+@wrong("check_ring_buffer_cache", "made a ringbufferkvcache from swkv_teach.caches")
+class MakesTheLibrary:
+    """A factory: RingBufferKVCache = lambda W: swkv_teach.RingBufferKVCache(W), as a class whose __new__ does it."""
+
+    def __new__(cls, window_size):
+        return swkv_teach.RingBufferKVCache(window_size)

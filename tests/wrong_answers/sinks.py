@@ -216,3 +216,12 @@ class FourSinksWhateverNumSinks(_Sinks):
 
     def keeps(self, p):
         return p < 4 or p >= self.seen - self.window_size
+
+
+# ---------------------------------------------------------------- the library's own answer handed in
+import swkv_teach  # noqa: E402
+
+
+@wrong("check_sink_cache", "library's own", "swkv_teach.SinkKVCache")
+class LibrarySinks(swkv_teach.SinkKVCache):
+    """SinkCache = swkv_teach.SinkKVCache (here a subclass, so the library's class stays clean)."""

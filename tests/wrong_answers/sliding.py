@@ -388,3 +388,23 @@ class ModuleLevelCounter:
         n = min(_CALLS[0], self.W)
         self.k, self.v = self.k[:, :, -n:], self.v[:, :, -n:]
         return self.k, self.v
+
+
+# ---------------------------------------------------------------- the library's own answer handed in
+import swkv_teach  # noqa: E402
+
+
+@wrong("check_sliding_window_cache", "library's own", "swkv_teach.SlidingWindowKVCache")
+class LibrarySubclass(swkv_teach.SlidingWindowKVCache):
+    """SlidingWindowKVCache = swkv_teach.SlidingWindowKVCache (here a subclass, so the library's class stays clean)."""
+
+
+@wrong("check_sliding_window_cache", "keeps the library's own slidingwindowkvcache", "self.inner")
+class WrapsTheLibrary:
+    """Holds the library's own cache and forwards every update to it."""
+
+    def __init__(self, window_size):
+        self.inner = swkv_teach.SlidingWindowKVCache(window_size)
+
+    def update(self, k_new, v_new):
+        return self.inner.update(k_new, v_new)

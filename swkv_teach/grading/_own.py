@@ -1,0 +1,63 @@
+"""Refusing the library's own answer handed in as the learner's (exercises 01-05).
+
+Every notebook imports :mod:`swkv_teach`, so ``SlidingWindowKVCache =
+swkv_teach.SlidingWindowKVCache`` (or a subclass, a ``functools.partial``, a
+class whose instances are, or hold, one of the library's caches) would pass a
+check that compares with that very object. These guards are cheap (identity,
+subclass, one level of attributes), not a proof: they catch the shortcut, not
+a determined copy.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from swkv_teach.grading._report import fail, learner_name
+
+__all__ = ["refuse_library", "library_inside"]
+
+
+def _is(answer, own) -> bool:
+    for _ in range(8):
+        if answer is own:
+            return True
+        if isinstance(answer, type) and isinstance(own, type):
+            try:
+                return issubclass(answer, own)
+            except TypeError:
+                return False
+        answer = answer.func if isinstance(answer, functools.partial) else getattr(answer, "__wrapped__", None)
+        if answer is None:
+            return False
+    return False
+
+
+def refuse_library(check: str, answer, own, write: str) -> None:
+    """Raise if ``answer`` is the library's ``own`` (itself, a subclass, a partial or wraps of it)."""
+    if not _is(answer, own):
+        return
+    kind = "class" if isinstance(own, type) else "function"
+    raise fail(f"{check}({learner_name(answer)})",
+               f"this is the library's own swkv_teach.{own.__name__} (or built on it), the very {kind} the check compares with: it passes by definition "
+               "and shows nothing about your code.",
+               hint=f"pass the {write} you wrote in the cell above. If you did write one, an import that ran after "
+               f"it (from swkv_teach import {own.__name__} ...) replaced it: run your cell again.")
+
+
+def library_inside(obj) -> str | None:
+    """Where ``obj`` is, or keeps (one attribute deep), one of the library's caches; None if it does not."""
+    from swkv_teach.caches.base import KVCache
+
+    if isinstance(obj, KVCache):
+        return f"your class made a {type(obj).__name__} from swkv_teach.caches"
+    try:
+        items = vars(obj).items()
+    except TypeError:
+        return None
+    for name, value in items:
+        inner = list(value.values()) if isinstance(value, dict) else (
+            list(value) if isinstance(value, (list, tuple)) else [value])
+        for x in inner:
+            if isinstance(x, KVCache):
+                return f"your cache keeps the library's own {type(x).__name__} in self.{name} and hands it the work"
+    return None
