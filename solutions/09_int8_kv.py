@@ -33,16 +33,21 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 # **Difficulty:** ★☆☆ (1/3) · **Time:** about 15 min · **Points:** 2
 #
 # * `quantize(x)`: `x` is `(batch, heads, tokens, head_dim)`, any floating dtype. For each token and head
-#   (each row along `head_dim`): `scale = max |x| / 127`, `q = round(x / scale)`. Return `q` as `torch.int8`
-#   (same shape as `x`) and `scale` as `torch.float32`, shape `(batch, heads, tokens, 1)`. An all-zero row
-#   gets `q = 0` (and any finite scale).
-# * `dequantize(q, scale, dtype)`: `q * scale`, returned in `dtype`.
+#   (each row along `head_dim`): `scale = max |x| / 127`, `q = round(x / scale)`, **computed in float32**
+#   (`x.float()` first: in float16 or bfloat16 the division itself rounds, and float16 cannot even hold the
+#   scale of a quiet token). Return `q` as `torch.int8` (same shape as `x`) and `scale` as `torch.float32`,
+#   shape `(batch, heads, tokens, 1)`. An all-zero row gets `q = 0` (and any finite scale); every other row
+#   gets exactly `max |x| / 127`, however small (no `eps` or floor on the scale).
+# * `dequantize(q, scale, dtype)`: `q * scale`, multiplied in float32, returned in `dtype`.
 #
 # Then every element comes back within half a step, `scale / 2 = max|x| / 254`, of the original.
+# The library's `swkv_teach.caches.int8.quantize_int8` / `dequantize_int8` are the check's answer key:
+# passing them in is refused; write your own.
 #
 # <details><summary>Hint 1</summary>
 #
-# `x.abs().amax(dim=-1, keepdim=True)` is the absmax of each row, shaped to broadcast against `x`.
+# `x.float().abs().amax(dim=-1, keepdim=True)` is the absmax of each row in float32, shaped
+# `(batch, heads, tokens, 1)` to broadcast against `x` (without `keepdim=True` the last axis disappears).
 #
 # </details>
 #
@@ -56,7 +61,8 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 # <details><summary>Hint 3</summary>
 #
 # A zero row makes `x / scale` a `0 / 0`. `torch.where(scale > 0, scale, torch.ones_like(scale))` is a safe
-# divisor; the quotient is 0 there anyway.
+# divisor; the quotient is 0 there anyway. A `clamp_min(1e-6)` on the scale would also avoid the `0 / 0`, but
+# it gives every token quieter than `127e-6` the wrong scale.
 #
 # </details>
 

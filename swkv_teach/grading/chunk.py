@@ -377,7 +377,8 @@ def check_chunk_mask(fn) -> None:
         raise fail(f"check_chunk_mask({name})", "this is the library's own window_mask (swkv_teach.window_mask), the "
                    "very function the check compares with: it passes by definition and shows nothing.",
                    hint="write chunk_mask yourself from q_positions and k_positions (two comparisons combined "
-                   "with &) and check that.")
+                   "with &) and check that. If you did write one, something run after it (chunk_mask = "
+                   "swkv_teach.window_mask, an import) replaced it: run your cell again.")
     dev = pick_device()
     todo = cases()
     for n, case in enumerate(todo):

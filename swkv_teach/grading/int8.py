@@ -8,13 +8,24 @@ in ``dtype``. The oracle is :func:`swkv_teach.caches.int8.quantize_int8` /
 ``x / scale`` lands on a rounding tie, so ``q`` is judged by the bound
 ``|x / scale - q| <= 1/2`` rather than by equality.
 
+The scale and the products are computed in float32, as the statement says: ``absmax / 127``
+divided in float16 or bfloat16 is off by up to 2**-11 or 2**-9, and is named as such. The
+dequantised values may differ from the oracle's by two of ``dtype``'s rounding steps (a float64
+product rounds differently from a float32 one), so a bfloat16 scale in ``dequantize`` passes
+where it only costs bits; where it does harm it fails, named: a float16 scale underflows to 0
+for quiet tokens (the float16-subnormal case).
+
 Cases vary what the statement leaves free: batch != heads, one head, head_dims 2 to 16,
-several tokens at once, float32/float16/bfloat16/float64, magnitudes from 1e-3 to 1e3
-between tokens and heads (so one scale per tensor shows), rows whose largest magnitude
-is negative, exact ties, and all-zero tokens.
+several tokens at once, float32/float16/bfloat16/float64, magnitudes from 1e-8 to 1e3
+between tokens and heads (so one scale per tensor, or a floor on the scale, shows), float16
+subnormals, rows whose largest magnitude is negative, exact ties, all-zero tokens and an
+all-zero tensor. The library's own ``quantize_int8`` / ``dequantize_int8`` are refused as answers.
 """
 
 from __future__ import annotations
+
+import functools
+import math
 
 import torch
 
@@ -44,33 +55,102 @@ def _cases():
     z[0, 1, 0] = 0.0
     z[1, 0, 1] = 0.0
     yield "all-zero tokens among others", z
+    tiny = torch.randn(1, 2, 4, 6, generator=g, dtype=torch.float64)
+    tiny *= torch.tensor([1e-8, 1e-7, 3e-6, 1e-5, 1e-4, 1e-2, 1.0, 1e-6]).view(1, 2, 4, 1)
+    yield "tiny magnitudes, 1e-8 to 1 per token and head", tiny.float()
+    sub = torch.randn(2, 1, 3, 4, generator=g) * torch.tensor([1e-7, 1e-6, 3e-5, 1e-3, 1e-6, 0.0]).view(2, 1, 3, 1)
+    yield "float16 subnormals (below 6.1e-5) and a zero token", sub.half()
+    yield "an all-zero tensor", torch.zeros(1, 3, 2, 4, dtype=torch.bfloat16)
 
 
-def _scale_hint(x: torch.Tensor, scale: torch.Tensor, nonzero: torch.Tensor) -> str:
-    """Name the usual wrong scales, judged on the rows that are not all zero."""
-    x64, s = x.double(), scale.double()
+def _floor(s: torch.Tensor, e: torch.Tensor, nonzero: torch.Tensor) -> float | None:
+    """The constant ``c`` when ``s`` is ``max(e, c)`` on the non-zero rows (a clamp_min on the scale), else None."""
+    off = nonzero & ~torch.isclose(s, e, rtol=1e-5, atol=0)
+    if not bool(off.any()):
+        return None
+    c = s[off]
+    if not bool((c == c[0]).all() and (c > e[off]).all()):
+        return None
+    kept = e[nonzero & ~off]
+    above = bool((kept > c[0] * (1 + 1e-5)).any())  # a louder token kept its own scale: a floor, not one scale
+    return float(c[0]) if above and bool((kept >= c[0] * (1 - 1e-6)).all()) else None
+
+
+def _scale_hint(x: torch.Tensor, scale: torch.Tensor, nonzero: torch.Tensor, exp_scale: torch.Tensor) -> str:
+    """Name the usual wrong scales, judged on the rows that are not all zero (and that tell them from right)."""
+    x64, s, e = x.double(), scale.double(), exp_scale.double()
     absmax = x64.abs().amax(-1, keepdim=True)
 
-    def near(cand):
+    def near(cand, rtol=1e-3):
         cand = cand.expand_as(s)
-        return bool(torch.allclose(s[nonzero], cand[nonzero], rtol=1e-3, atol=0))
+        return bool(torch.allclose(s[nonzero], cand[nonzero], rtol=rtol, atol=0))
 
-    if near(absmax / 128):
+    def tells(cand):
+        """A candidate names the bug only where it differs from the right scale (one row: per tensor == per row)."""
+        return near(cand) and not bool(torch.allclose(cand.expand_as(e)[nonzero], e[nonzero], rtol=1e-5, atol=0))
+
+    if x.dtype in (torch.float16, torch.bfloat16) and near((x.abs().amax(-1, keepdim=True) / QMAX).double(), 1e-6):
+        kind = str(x.dtype).replace("torch.", "")
+        return (f"the scale was computed in {kind}, x's own dtype: absmax / 127 divided in {kind} is off by up to "
+                f"{2.0 ** (-11 if x.dtype == torch.float16 else -9):.0e} of itself, which shifts q by up to "
+                f"{127 * 2.0 ** (-11 if x.dtype == torch.float16 else -9):.2f} of a step and breaks the half-step "
+                "bound. Compute in float32: scale = x.float().abs().amax(dim=-1, keepdim=True) / 127.")
+    if tells(x64.abs().amax().view(1, 1, 1, 1) / QMAX):
+        return ("one scale for the whole tensor: a quiet token or head then gets a few levels only. "
+                "Take absmax per token and head: x.float().abs().amax(dim=-1, keepdim=True).")
+    if x.dim() == 4 and x.shape[1] > 1 and tells(x64.abs().amax(dim=(1, 3), keepdim=True) / QMAX):
+        return ("one scale per token shared by all heads: each head of a token has its own absmax; reduce over "
+                "head_dim only, x.float().abs().amax(dim=-1, keepdim=True).")
+    c = _floor(s, e, nonzero)
+    if c is not None:
+        return (f"quiet tokens got scale {c:.3g} instead of absmax / 127: a floor on the scale (clamp_min, or max "
+                f"with an eps) gives a token whose absmax is below 127 * {c:.3g} only a few levels, or none. Guard "
+                "only the all-zero tokens: divide by torch.where(scale > 0, scale, torch.ones_like(scale)) and "
+                "return scale itself.")
+    if tells(absmax / 128):
         return ("scale = absmax / 128 maps the largest element to ±128, and int8 stops at 127: +128 overflows "
                 "(wraps to -128). Use absmax / 127.")
-    if near(absmax / 255) or near(absmax / 256):
+    if tells(absmax / 255) or tells(absmax / 256):
         return "255 levels is the unsigned (uint8) range; symmetric int8 uses [-127, 127]: scale = absmax / 127."
-    if near(QMAX / absmax):
+    if tells(QMAX / absmax):
         return "the scale is inverted: scale = absmax / 127, so that q = x / scale lands in [-127, 127]."
-    if near(x64.amax(-1, keepdim=True) / QMAX):
+    if tells(x64.amax(-1, keepdim=True) / QMAX):
         return "you took the max, not the max magnitude: a row like [-4, 1] needs x.abs().amax(dim=-1, keepdim=True)."
-    if near(x64.abs().amax().view(1, 1, 1, 1) / QMAX):
-        return ("one scale for the whole tensor: a quiet token or head then gets a few levels only. "
-                "Take absmax per token and head: x.abs().amax(dim=-1, keepdim=True).")
-    return "scale is absmax / 127 for each token and head: x.abs().amax(dim=-1, keepdim=True) / 127."
+    d, sn = (s - e)[nonzero], s[nonzero]
+    eps = d[sn.argmin()]  # read where float32 rounds least
+    if bool(eps > 0) and bool(((d - eps).abs() <= 1e-3 * eps + 2 * sn * 2.0**-23).all()):
+        return (f"an eps of {float(eps):.3g} was added to every scale: scale must be absmax / 127 exactly. Guard "
+                "only the all-zero tokens: divide by torch.where(scale > 0, scale, torch.ones_like(scale)).")
+    if near(e):
+        return ("scale is within 0.1 % of absmax / 127 but not equal: compute it in float32, "
+                "scale = x.float().abs().amax(dim=-1, keepdim=True) / 127.")
+    return "scale is absmax / 127 for each token and head: x.float().abs().amax(dim=-1, keepdim=True) / 127."
 
 
-def _check_quantize(quantize, x: torch.Tensor, title: str, qn: str):
+def _shape_hint(quantize, x: torch.Tensor, scale: torch.Tensor) -> str:
+    """Name a wrong scale shape from this case and, when one row leaves it open, from a (2, 3, 4, 8) probe."""
+    if tuple(scale.shape) == tuple(x.shape[:-1]):
+        return ("keepdim is missing: amax(dim=-1) drops the head_dim axis, giving (batch, heads, tokens); the scale "
+                "keeps it as size 1, (batch, heads, tokens, 1): x.float().abs().amax(dim=-1, keepdim=True).")
+    probe_shape = None
+    try:
+        probe = torch.randn(2, 3, 4, 8, generator=torch.Generator().manual_seed(3)).to(pick_device())
+        got = quantize(probe)
+        probe_shape = tuple(got[1].shape)
+    except Exception:
+        pass
+    if probe_shape == (2, 3, 4):
+        return "keepdim is missing: reduce with amax(dim=-1, keepdim=True), so the scale is (batch, heads, tokens, 1)."
+    if scale.numel() == 1 and (x.shape[:-1].numel() > 1 or (probe_shape is not None and math.prod(probe_shape) == 1)):
+        return ("one scale for the whole tensor: take absmax per token and head, "
+                "x.float().abs().amax(dim=-1, keepdim=True).")
+    if scale.dim() == x.dim() and scale.shape[-1] == x.shape[-1]:
+        return ("a scale per channel (reduced over tokens, not head_dim): the scale of a token and head is the "
+                "absmax over its head_dim, amax(dim=-1, keepdim=True).")
+    return "one scale per token and head: reduce over head_dim only, keepdim=True."
+
+
+def _check_quantize(quantize, x: torch.Tensor, title: str, qn: str):  # noqa: C901 (one check after another)
     xd = x.to(pick_device(), copy=True)  # the learner's tensors live on the notebook's device
     got = call(title, f"{qn}(x)", quantize, xd)
     if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
@@ -88,16 +168,8 @@ def _check_quantize(quantize, x: torch.Tensor, title: str, qn: str):
         raise fail(title, f"q has shape {tuple(q.shape)}; expected x's shape {tuple(x.shape)}.")
     want = (*x.shape[:-1], 1)
     if tuple(scale.shape) != want:
-        if scale.numel() == 1:
-            hint = ("one scale for the whole tensor: take absmax per token and head, "
-                    "x.abs().amax(dim=-1, keepdim=True).")
-        elif scale.dim() == x.dim() and scale.shape[-1] == x.shape[-1]:
-            hint = ("a scale per channel (reduced over tokens, not head_dim): the scale of a token and head is the "
-                    "absmax over its head_dim, amax(dim=-1, keepdim=True).")
-        else:
-            hint = "one scale per token and head: reduce over head_dim only, keepdim=True."
         raise fail(title, "scale has the wrong shape.", expected=want, got=tuple(scale.shape), what="scale shape",
-                   hint=hint)
+                   hint=_shape_hint(quantize, x, scale))
     if scale.dtype != torch.float32:
         raise fail(title, "scale has the wrong dtype.", expected="torch.float32", got=str(scale.dtype),
                    what="scale dtype", hint="keep the scales in float32 whatever x's dtype: a bfloat16 scale "
@@ -114,7 +186,7 @@ def _check_quantize(quantize, x: torch.Tensor, title: str, qn: str):
                    "(torch.where(scale > 0, scale, 1)) or clamp it from below.")
     if not torch.allclose(scale.double()[nonzero], exp_scale.double()[nonzero], rtol=1e-5, atol=0):
         raise fail(title, "scale is not absmax / 127 per token and head.", expected=exp_scale, got=scale,
-                   what="scale", hint=_scale_hint(x, scale, nonzero))
+                   what="scale", hint=_scale_hint(x, scale, nonzero, exp_scale))
     if bool((q == -128).any()):
         raise fail(title, "q holds -128.", hint="int8 overflow at ±128: the symmetric range is [-127, 127]; "
                    "clamp(-127, 127) before .to(torch.int8), and scale = absmax / 127.")
@@ -126,6 +198,12 @@ def _check_quantize(quantize, x: torch.Tensor, title: str, qn: str):
             hint = "rounding toward zero: .to(torch.int8) truncates 2.7 to 2. Call torch.round first."
         elif torch.equal(q.double(), torch.floor(t)):
             hint = "floor rounds -0.2 down to -1: round to nearest with torch.round."
+        elif x.dtype in (torch.float16, torch.bfloat16) and torch.equal(
+                q.double(), torch.round(x / torch.where(scale > 0, scale, 1).to(x.dtype)).clamp(-QMAX, QMAX).double()):
+            kind = str(x.dtype).replace("torch.", "")
+            hint = (f"the division x / scale ran in {kind}, x's own dtype, whose rounding moves x / scale by up to "
+                    f"{127 * 2.0 ** (-11 if x.dtype == torch.float16 else -8):.2f} of a step: divide in float32, "
+                    "x.float() / scale.")
         else:
             hint = "q = round(x / scale): each element within half a step of x / scale."
         raise fail(title, f"q is off by more than half a step at flat index {i}: x / scale = {t.flatten()[i]:.4f}, "
@@ -149,9 +227,29 @@ def _check_dequantize(dequantize, x, exp_q, exp_scale, title: str, dn: str):
     if not bool(((got.double().cpu() - exp.double()).abs() <= tol).all()):
         with_div = (exp_q.double() / torch.where(exp_scale > 0, exp_scale, 1).double()).to(dtype)
         got = got.cpu()
-        hint = ("multiply by the scale, do not divide: x_hat = q * scale." if torch.allclose(got.double(), with_div.double())
-                else "x_hat = q * scale (q cast to float first), then .to(dtype).")
+        in_dtype = (exp_q.to(dtype) * exp_scale.to(dtype)).double()
+        if torch.allclose(got.double(), with_div.double()):
+            hint = "multiply by the scale, do not divide: x_hat = q * scale."
+        elif dtype in (torch.float16, torch.bfloat16) and torch.allclose(got.double(), in_dtype, rtol=EPS[dtype], atol=0):
+            kind = str(dtype).replace("torch.", "")
+            hint = (f"the scale was rounded to {kind} before multiplying: {kind} " + (
+                    "has no number between 0 and 6e-8, so a quiet token's scale (absmax / 127) becomes 0 or loses "
+                    "its digits" if dtype == torch.float16 else "keeps 8 bits of it") +
+                    ". Multiply in float32, then convert once: (q.float() * scale).to(dtype).")
+        else:
+            hint = "x_hat = q * scale (q cast to float first), then .to(dtype)."
         raise fail(title, f"{dn} does not return q * scale.", expected=exp, got=got, hint=hint)
+
+
+def _is(fn, lib) -> bool:
+    """``fn`` is ``lib`` itself, or a functools.partial / functools.wraps of it."""
+    for _ in range(8):
+        if fn is lib:
+            return True
+        fn = fn.func if isinstance(fn, functools.partial) else getattr(fn, "__wrapped__", None)
+        if fn is None:
+            return False
+    return False
 
 
 def check_int8_quantize(quantize, dequantize=None) -> None:
@@ -166,6 +264,12 @@ def check_int8_quantize(quantize, dequantize=None) -> None:
                    "expected two functions: quantize(x) -> (q, scale) and dequantize(q, scale, dtype).",
                    hint="call check_int8_quantize(quantize, dequantize) with the functions themselves.")
     qn, dn = _name(quantize), _name(dequantize)
+    for fn, lib in ((quantize, quantize_int8), (dequantize, dequantize_int8)):
+        if _is(fn, lib):
+            raise fail(f"check_int8_quantize({qn}, {dn})", f"{_name(fn)} is the library's own {lib.__name__} "
+                       "(swkv_teach.caches.int8), the very function the check compares with: it passes by "
+                       "definition and shows nothing.", hint="write quantize and dequantize yourself and check those. If you did write them, "
+                       "something run after them (an import of the same name) replaced them: run your cell again.")
     n = 0
     for title, x in _cases():
         case = f"{qn} / {dn} on {title}"
@@ -181,7 +285,7 @@ def check_int8_quantize(quantize, dequantize=None) -> None:
                        "element within half a step.")
         n += 1
     passed(f"{qn} / {dn} quantise to int8 with one absmax / 127 scale per token and head, within half a step, "
-           f"on {n} cases (4 dtypes, head_dims 2-16, ties, zeros, magnitudes 1e-3..1e3).")
+           f"on {n} cases (4 dtypes, head_dims 2-16, ties, zeros, magnitudes 1e-8..1e3, float16 subnormals).")
 
 
 __all__ = ["check_int8_quantize"]

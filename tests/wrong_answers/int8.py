@@ -7,6 +7,7 @@ function and a right one, and named and documented by the wrong one.
 
 import torch
 
+from swkv_teach.caches.int8 import dequantize_int8, quantize_int8
 from tests.wrong_answers import wrong
 
 
@@ -153,3 +154,63 @@ ScaleInXDtype = wrong(W, "scale dtype", "float32")(pair(scale_in_x_dtype))
 InPlace = wrong(W, "modified its input")(pair(in_place))
 DeqIgnoresDtype = wrong(W, "wrong dtype", "to(dtype)")(pair(right_quantize, deq_ignores_dtype))
 DeqDivides = wrong(W, "multiply by the scale")(pair(right_quantize, deq_divides))
+
+
+def clamped_scale(x):
+    """scale = (absmax / 127).clamp_min(1e-6): a floor meant for zero rows squashes every quiet token."""
+    scale = (_absmax(x) / 127).clamp_min(1e-6)
+    return torch.round(x.float() / scale).clamp(-127, 127).to(torch.int8), scale
+
+
+def eps_added(x):
+    """scale = absmax / 127 + 1e-8: an eps on every scale instead of a guard for zero rows."""
+    scale = _absmax(x) / 127 + 1e-8
+    return torch.round(x.float() / scale).clamp(-127, 127).to(torch.int8), scale
+
+
+def scale_divided_in_x_dtype(x):
+    """The formula typed in x's dtype: x.abs().amax(...) / 127 in float16, .float() only at the end."""
+    scale = x.abs().amax(dim=-1, keepdim=True) / 127
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.round(x / safe).clamp(-127, 127).to(torch.int8), scale.float()
+
+
+def divides_in_x_dtype(x):
+    """Right float32 scale, but x / scale.to(x.dtype) divides in bfloat16/float16."""
+    scale = _absmax(x) / 127
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.round(x / safe.to(x.dtype)).clamp(-127, 127).to(torch.int8), scale
+
+
+def without_keepdim(x):
+    """amax(dim=-1) without keepdim: scale (batch, heads, tokens), unsqueezed again only in dequantize."""
+    scale = x.float().abs().amax(dim=-1) / 127
+    return _q(x, scale.unsqueeze(-1)), scale
+
+
+def deq_unsqueezes(q, scale, dtype):
+    return (q.float() * scale.unsqueeze(-1)).to(dtype)
+
+
+def all_heads(x):
+    """One scale per token over every head (amax over heads and head_dim)."""
+    scale = x.float().abs().amax(dim=(1, 3), keepdim=True).expand(*x.shape[:-1], 1).contiguous() / 127
+    return _q(x, scale), scale
+
+
+def deq_scale_in_dtype(q, scale, dtype):
+    """Rounds the scale to dtype before multiplying: a float16 scale under 6e-8 is 0."""
+    return q.to(dtype) * scale.to(dtype)
+
+
+ClampedScale = wrong(W, "floor on the scale", "clamp_min")(pair(clamped_scale))
+EpsAdded = wrong(W, "eps of 1e-08 was added")(pair(eps_added))
+ScaleDividedInXDtype = wrong(W, "computed in float16", "float32")(pair(scale_divided_in_x_dtype))
+DividesInXDtype = wrong(W, "division x / scale ran in", "x.float() / scale")(pair(divides_in_x_dtype))
+WithoutKeepdim = wrong(W, "keepdim is missing")(pair(without_keepdim, deq_unsqueezes))
+WithoutKeepdim.__name__, WithoutKeepdim.__doc__ = without_keepdim.__name__, without_keepdim.__doc__
+AllHeads = wrong(W, "shared by all heads")(pair(all_heads))
+DeqScaleInDtype = wrong(W, "rounded to float16 before multiplying")(pair(right_quantize, deq_scale_in_dtype))
+LibraryFunctions = wrong(W, "library's own quantize_int8")(pair(quantize_int8, dequantize_int8))
+LibraryFunctions.__name__ = "LibraryFunctions"
+LibraryFunctions.__doc__ = "swkv_teach.caches.int8.quantize_int8 / dequantize_int8 handed in: the check's own oracle."
