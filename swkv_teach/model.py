@@ -258,8 +258,8 @@ def needs_no_mask(cache, tokens: int, window_size: int, num_sinks: int) -> bool:
 
     True for one new token and a cache that declares
     ``one_token_in_window`` (every key a one-token update returns is inside
-    the cache's own window and sinks; tests/test_model.py checks it at every
-    step of every such cache), when that window and those sinks are no wider
+    the cache's own window and sinks; tests/test_fast_path.py checks it at
+    every step of every such cache), when that window and those sinks are no wider
     than the mask's: :func:`~swkv_teach.masks.window_mask` would then be all
     True. A chunk's queries each need their own window, so chunks are masked.
     """
@@ -323,7 +323,7 @@ class Block(nn.Module):
             if getattr(cache, "wants_attention", False):  # H2O, TOVA: they evict by these probabilities
                 y, weights = self.attn.attend_with_weights(q, k, v, positions, cache.positions, num_sinks, W)
                 cache.observe(weights)
-            elif needs_no_mask(cache, x.shape[1], W, num_sinks):
+            elif needs_no_mask(cache, x.shape[1], W, num_sinks):  # one query, every key in its window
                 y = self.attn.attend_unmasked(q, k, v)
             else:
                 y = self.attn.attend(q, k, v, positions, cache.positions, num_sinks, W)

@@ -38,7 +38,7 @@ class KVCache(ABC):
     # True when every key a one-token ``update`` returns is one that token may attend to under the
     # cache's own ``window_size`` and ``num_sinks`` (the convention of swkv_teach.masks), so its
     # attention needs no mask: the decoder then skips it (swkv_teach.model.needs_no_mask).
-    # The ring, sinks and naive caches set it; tests/test_model.py checks it at every step.
+    # The ring, sinks and naive caches set it; tests/test_fast_path.py checks it at every step.
     one_token_in_window = False
 
     # A cache that evicts by attention (H2O, TOVA) sets this True; the decoder then
