@@ -38,11 +38,18 @@ from swkv_teach.grading import check_paged_window
 # * `PagedWindow(pool, window_size)`: one sequence on the shared pool, no tokens yet.
 # * `append()`: one new token arrives. Afterwards the sequence holds **exactly** the blocks that hold one of
 #   the last `W` tokens: give back every block whose tokens have all left the window, and take a block when
-#   the new token is the first of its logical block. Return `(block, offset)`: where the new token is written.
+#   the new token is the first of its logical block. Return `(block, offset)`: where the new token is written,
+#   `block` being the pool's id (what `pool.take()` gave you), not the logical number `p // block_size`.
 #   **Give back before you take**: the pool may hold just enough blocks for the windows.
-# * `block_table` (a property): the pool blocks held, **oldest first**.
+# * `block_table` (a property): the pool blocks held, **oldest first**, as a new list each time (a copy,
+#   `list(...)`, or a tuple): whoever reads the table may keep or change what it got, and that must not change
+#   your sequence.
 # * `positions` (a property): the stored positions, the last `W` tokens, oldest first.
-# * `reset()`: give every block back; the sequence starts again at token 0.
+# * `reset()`: give every block back; the sequence starts again at token 0, as if just created (every
+#   counter `__init__` sets is set again).
+#
+# The library's `swkv_teach.PagedKVCache` does this bookkeeping (for tensors too) and is the check's answer
+# key: handing it in, subclassing it or keeping one to do the work is refused.
 #
 # Worked example, `W = 3`, `block_size = 2`, a fresh pool of 8 blocks:
 #

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import deque
 
 import pytest
 import torch
@@ -34,7 +35,7 @@ def test_each_catalogue_is_large():
     per = {}
     for w in CATALOGUE:
         per[w.check] = per.get(w.check, 0) + 1
-    assert per["check_paged_window"] >= 12 and per["check_int8_quantize"] >= 22, per
+    assert per["check_paged_window"] >= 19 and per["check_int8_quantize"] >= 22, per
 
 
 # ------------------------------------------------------------------ exercise 08, right answers
@@ -68,27 +69,47 @@ class DictOfLogicalBlocks:
         self.blocks, self.n = {}, 0
 
 
-class LibraryBacked:
-    """The library's PagedKVCache fed one-element tokens: its block table is the answer."""
+class DequeTupleTable(PagedBase):
+    """A deque popped from the left, block_table handed out as a tuple (immutable: no copy needed)."""
 
     def __init__(self, pool, window_size):
-        self.cache = swkv_teach.PagedKVCache(pool, window_size)
+        super().__init__(pool, window_size)
+        self.table = deque()
 
-    def append(self):
-        p = self.cache.seen
-        self.cache.update(torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1))
-        return self.cache.block_table[-1], p % self.cache.pool.block_size
+    @property
+    def block_table(self):
+        return tuple(self.table)
 
-    block_table = property(lambda self: self.cache.block_table)
-    positions = property(lambda self: self.cache.stored_positions().tolist())
+    def free_old(self):
+        while self.table and self.first < self.first_needed():
+            self.pool.give(self.table.popleft())
+            self.first += 1
 
     def reset(self):
-        self.cache.reset()
+        while self.table:
+            self.pool.give(self.table.pop())  # newest first: the order blocks go back in is free
+        self.seen = self.first = 0
 
 
-@pytest.mark.parametrize("answer", [PagedBase, DictOfLogicalBlocks, LibraryBacked])
+@pytest.mark.parametrize("answer", [PagedBase, DictOfLogicalBlocks, DequeTupleTable])
 def test_paged_window_accepts_right_answers(answer, capsys):
     passes(check_paged_window, answer, capsys=capsys)
+
+
+@pytest.mark.parametrize("answer", [swkv_teach.PagedKVCache, type("Sub", (swkv_teach.PagedKVCache,), {})],
+                         ids=["itself", "subclass"])
+def test_paged_window_refuses_the_librarys_own_cache(answer):
+    with pytest.raises(ExerciseFailed, match="library's own PagedKVCache"):
+        check_paged_window(answer)
+
+
+def test_paged_window_reads_the_table_again_after_changing_what_it_got():
+    """A caller may change the list block_table returned: a fresh list each read passes, the instance's own fails."""
+    from tests.wrong_answers.paged import HandsOutItsOwnTable
+
+    with pytest.raises(ExerciseFailed, match="your own list") as info:
+        check_paged_window(HandsOutItsOwnTable)
+    assert "after 1 token" in str(info.value), "caught at the first step"
 
 
 def test_paged_window_failure_shows_the_case_and_the_block_counts():

@@ -14,6 +14,12 @@ block sizes cross every alignment (``bs = 1``, ``bs > W``, ``bs = W``,
 ``W % bs = 1``), pools hold exactly the blocks the windows need (so a step must
 return a block before it takes one), and three sequences of different lengths
 run interleaved on one pool, one of them reset and restarted.
+
+``block_table`` must be a new list (or a tuple) each time: the check appends to what it got
+and reads the property again, so a table handed out by reference is named. A failure that
+a fresh instance does not show, after a ``reset()``, is blamed on ``reset()``. The library's
+own :class:`~swkv_teach.PagedKVCache` (passed in, subclassed, or kept in an attribute to do the
+work) is refused: the check compares with it.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import random
 import torch
 
 from swkv_teach.caches.paged import BlockPool, PagedKVCache
-from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, show, learner_name as _name
+from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint, show, learner_name as _name
 
 CASES = ((3, 2), (5, 4), (4, 4), (1, 1), (7, 3), (2, 5), (9, 4), (6, 1))  # (window_size, block_size)
 
@@ -39,6 +45,11 @@ class _Seq:
         self.cls, self.pool, self.W, self.name = cls, pool, W, name
         self.title = title
         self.mine = call(title, f"{_name(cls)}(pool, {W})", cls, pool, W)
+        self.resets = 0
+        inside = _library_inside(self.mine)
+        if inside:
+            raise fail(title, f"{inside}: the check compares with that very class, so it shows nothing about your "
+                       "bookkeeping.", hint="keep the block table yourself: a list of the ids pool.take() gave you.")
         for m in ("append", "reset"):
             if not callable(getattr(self.mine, m, None)):
                 raise fail(title, f"{_name(cls)}(pool, {W}) gave a {type(self.mine).__name__} with no {m}() method.",
@@ -56,6 +67,21 @@ class _Seq:
             raise fail(case, f"{self.name}.block_table is {show(t)}; expected a list of pool block ids (ints).",
                        hint="keep a list of the ints pool.take() returned, oldest first.")
         return list(t)
+
+    def check_copy(self, case: str) -> None:
+        """block_table must not hand out the sequence's own list: change what it returned, read it again."""
+        t = call(case, f"{self.name}.block_table", lambda: self.mine.block_table)
+        if not isinstance(t, list):
+            return  # a tuple cannot be changed; anything else was refused by table()
+        t.append(-1)
+        again = call(case, f"{self.name}.block_table", lambda: self.mine.block_table)
+        leaked = again is t or (isinstance(again, list) and again[-1:] == [-1])
+        t.pop()
+        if leaked:
+            raise fail(case, f"{self.name}.block_table handed out your own list: the check appended -1 to what it "
+                       "got, and the next read of block_table had the -1 too.",
+                       hint="a caller (a scheduler, an attention kernel's launcher) may keep or change the table it "
+                       "reads: return a copy, list(self.table), and keep your list to yourself.")
 
     def positions(self, case: str) -> list[int]:
         p = call(case, f"{self.name}.positions", lambda: self.mine.positions)
@@ -86,6 +112,18 @@ class _Run:
 
     # ------------------------------------------------------------------ one token
     def append(self, s: _Seq) -> None:
+        try:
+            self._append(s)
+        except ExerciseFailed as e:
+            msg = str(e)
+            if s.resets and "share state" not in msg and _fresh_is_right(self.cls, self.W, self.bs, s.seen):
+                raise rehint(e, f"right on a fresh instance, wrong after reset(): a fresh {_name(self.cls)} gets these "
+                             f"{_n(s.seen, 'token')} right. reset() must put back everything __init__ sets: the "
+                             "table, the token count, and the logical number of block_table[0] (a first-block "
+                             "counter left as it was makes blocks go back late).") from None
+            raise
+
+    def _append(self, s: _Seq) -> None:
         p, W, bs = s.seen, self.W, self.bs
         before = {o.name: (o.table(self.title), o.positions(self.title)) for o in self.seqs if o is not s}
         self.log.append(f"{s.name}.append()")
@@ -111,6 +149,19 @@ class _Run:
             raise fail(case, f"append() put token {p} at offset {offset}.", expected=p % bs, got=offset,
                        what="offset", hint=hint)
         if block not in self.pool._owner:
+            n = self.pool.num_blocks
+            logical = (f" {block} is token {p}'s logical block number, p // block_size = {p} // {bs}: return the "
+                       "pool's id for it, the one pool.take() gave you (block_table[-1])." if block == p // bs else "")
+            if not 0 <= block < n:
+                raise fail(case, f"append() says token {p} went into block {block}, but the pool's blocks are "
+                           f"numbered 0..{n - 1}: there is no block {block}.{logical}",
+                           hint="return (block, offset) with block an id pool.take() returned: the pool numbers its "
+                           "own blocks, and a sequence's logical blocks are not its ids.")
+            if logical and _held_by(self.pool, s.table(case)):
+                raise fail(case, f"append() says token {p} went into block {block}, which the pool says is free; your "
+                           f"block_table is {s.table(case)}.{logical}",
+                           hint="a sequence's logical block numbers and the pool's block ids differ as soon as a "
+                           "block has gone back to the pool: map one to the other through block_table.")
             raise fail(case, f"append() wrote token {p} into block {block}, which the pool says is free "
                        f"(free blocks: {sorted(self.pool._free)}).",
                        hint="take every block with block = pool.take(), and write only into blocks you hold: "
@@ -119,6 +170,7 @@ class _Run:
             self.written = {k: v for k, v in self.written.items() if k[0] != block}
         self.written[(block, offset)] = (s.name, p)
         self._check_others_unchanged(s, before, case)
+        s.check_copy(case)
         self._check_table(s, case)
         self._check_integrity(case)
 
@@ -222,6 +274,7 @@ class _Run:
         used = self.pool.used_blocks
         call(case, f"{s.name}.reset()", s.mine.reset)
         s.oracle.reset()
+        s.resets += 1
         if s.table(case) or s.positions(case):
             raise fail(case, f"after reset(), block_table is {s.table(case)} and positions {s.positions(case)}; "
                        "expected both empty.", hint="reset() forgets the sequence: give back every block, clear "
@@ -231,6 +284,47 @@ class _Run:
                        "the rest leaked from the pool.", hint="in reset(), pool.give(block) for every block in "
                        "block_table before clearing it.")
         self.written = {k: v for k, v in self.written.items() if v[0] != s.name}
+
+
+def _held_by(pool: BlockPool, table: list[int]) -> bool:
+    """Whether every block of ``table`` (at least one) is held in ``pool``: the sequence does take its blocks."""
+    return bool(table) and all(b in pool._owner for b in table)
+
+
+def _library_inside(obj) -> str | None:
+    """How ``obj`` is, or keeps (one attribute deep), the library's PagedKVCache; None if it does not."""
+    if isinstance(obj, PagedKVCache):
+        return f"{type(obj).__name__} is the library's own PagedKVCache" + (
+            "" if type(obj) is PagedKVCache else " (a subclass of it)")
+    try:
+        items = vars(obj).items()
+    except TypeError:
+        return None
+    for name, value in items:
+        values = list(value.values()) if isinstance(value, dict) else (
+            list(value) if isinstance(value, (list, tuple)) else [value])
+        if any(isinstance(v, PagedKVCache) for v in values):
+            return f"your class keeps the library's own PagedKVCache in self.{name} and hands it the work"
+    return None
+
+
+def _fresh_is_right(cls, W: int, bs: int, n: int) -> bool:
+    """Whether a fresh instance, alone on a roomy pool, holds the right blocks and positions for ``n`` tokens."""
+    try:
+        pool = BlockPool(PagedKVCache.max_blocks(W, bs) + 4, bs)
+        probe = cls(pool, W)
+        oracle = PagedKVCache(BlockPool(PagedKVCache.max_blocks(W, bs), bs), W)
+        for p in range(n):
+            block, offset = probe.append()
+            oracle.update(torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1))
+            table = list(probe.block_table)
+            if (offset != p % bs or block not in pool._owner or table[-1:] != [block]
+                    or len(table) != len(oracle.block_table)
+                    or list(probe.positions) != oracle.stored_positions().tolist()):
+                return False
+        return True
+    except Exception:
+        return False
 
 
 def _offset_hint(cls) -> str | None:
@@ -262,6 +356,12 @@ def _never_returns(cls, W: int, bs: int) -> bool:
 
 def check_paged_window(cls) -> None:
     """Exercise 08: ``cls(pool, window_size)`` keeps a sliding window's block table on a shared BlockPool."""
+    if isinstance(cls, type) and issubclass(cls, PagedKVCache):
+        raise fail(f"check_paged_window({_name(cls)})", f"{_name(cls)} is the library's own PagedKVCache"
+                   f"{'' if cls is PagedKVCache else ' (a subclass of it)'}: the check compares with that very class, "
+                   "so it shows nothing about your bookkeeping.",
+                   hint="pass the PagedWindow class you wrote. If you did write one, something run after it (an "
+                   "import of the same name) replaced it: run your cell again.")
     steps = 0
     for W, bs in CASES:
         run = _Run(cls, W, bs, 1, extra_blocks=3)  # the exact pool comes with the interleaved runs below

@@ -4,6 +4,9 @@ Each is the solution with one realistic slip. ``_Base`` is a right answer, writt
 slips override; ``Right`` in tests/test_grading_serving.py checks that the base itself passes.
 """
 
+import torch
+
+from swkv_teach import PagedKVCache
 from tests.wrong_answers import wrong
 
 
@@ -12,15 +15,19 @@ class PagedBase:
 
     def __init__(self, pool, window_size):
         self.pool, self.window_size = pool, window_size
-        self.block_table, self.seen, self.first = [], 0, 0
+        self.table, self.seen, self.first = [], 0, 0  # pool blocks oldest first, tokens seen, logical block of table[0]
+
+    @property
+    def block_table(self):
+        return list(self.table)
 
     def first_needed(self):
         """Logical block of the oldest token in the window."""
         return max(0, self.seen - self.window_size) // self.pool.block_size
 
     def free_old(self):
-        while self.block_table and self.first < self.first_needed():
-            self.pool.give(self.block_table.pop(0))
+        while self.table and self.first < self.first_needed():
+            self.pool.give(self.table.pop(0))
             self.first += 1
 
     def opens_block(self, p):
@@ -31,17 +38,17 @@ class PagedBase:
         self.seen += 1
         self.free_old()
         if self.opens_block(p):
-            self.block_table.append(self.pool.take())
-        return self.block_table[-1], p % self.pool.block_size
+            self.table.append(self.pool.take())
+        return self.table[-1], p % self.pool.block_size
 
     @property
     def positions(self):
         return list(range(max(0, self.seen - self.window_size), self.seen))
 
     def reset(self):
-        for b in self.block_table:
+        for b in self.table:
             self.pool.give(b)
-        self.block_table, self.seen, self.first = [], 0, 0
+        self.table, self.seen, self.first = [], 0, 0
 
 
 @wrong("check_paged_window", "one token too early")
@@ -73,7 +80,7 @@ class ResetLeaks(PagedBase):
     """reset() clears the table without giving its blocks back to the pool."""
 
     def reset(self):
-        self.block_table, self.seen, self.first = [], 0, 0
+        self.table, self.seen, self.first = [], 0, 0
 
 
 @wrong("check_paged_window", "newest block instead of the oldest")
@@ -81,8 +88,8 @@ class FreesNewest(PagedBase):
     """pop() instead of pop(0): returns the block just taken and keeps the stale one."""
 
     def free_old(self):
-        while self.block_table and self.first < self.first_needed():
-            self.pool.give(self.block_table.pop())
+        while self.table and self.first < self.first_needed():
+            self.pool.give(self.table.pop())
             self.first += 1
 
 
@@ -91,8 +98,8 @@ class NewestFirst(PagedBase):
     """insert(0, ...) for new blocks: the table reads newest first."""
 
     def free_old(self):
-        while self.block_table and self.first < self.first_needed():
-            self.pool.give(self.block_table.pop())  # the oldest is now at the end
+        while self.table and self.first < self.first_needed():
+            self.pool.give(self.table.pop())  # the oldest is now at the end
             self.first += 1
 
     def append(self):
@@ -100,8 +107,8 @@ class NewestFirst(PagedBase):
         self.seen += 1
         self.free_old()
         if self.opens_block(p):
-            self.block_table.insert(0, self.pool.take())
-        return self.block_table[0], p % self.pool.block_size
+            self.table.insert(0, self.pool.take())
+        return self.table[0], p % self.pool.block_size
 
 
 @wrong("check_paged_window", "offset uses window_size")
@@ -120,12 +127,12 @@ class InventedBlockIds(PagedBase):
     def append(self):
         p = self.seen
         self.seen += 1
-        while self.block_table and self.first < self.first_needed():
-            self.block_table.pop(0)
+        while self.table and self.first < self.first_needed():
+            self.table.pop(0)
             self.first += 1
         if self.opens_block(p):
-            self.block_table.append(p // self.pool.block_size)
-        return self.block_table[-1], p % self.pool.block_size
+            self.table.append(p // self.pool.block_size)
+        return self.table[-1], p % self.pool.block_size
 
 
 @wrong("check_paged_window", "still lists block", "remove it from block_table")
@@ -133,8 +140,8 @@ class GivesBackButKeepsListed(PagedBase):
     """pool.give(table[0]) without removing it from the table (and the logical index never moves)."""
 
     def free_old(self):
-        if self.block_table and self.first < self.first_needed() and self.block_table[0] in self.pool._owner:
-            self.pool.give(self.block_table[0])
+        if self.table and self.first < self.first_needed() and self.table[0] in self.pool._owner:
+            self.pool.give(self.table[0])
 
 
 @wrong("check_paged_window", "positions keeps w - 1")
@@ -154,8 +161,8 @@ class SharedClassList(PagedBase):
 
     def __init__(self, pool, window_size):
         super().__init__(pool, window_size)
-        self.block_table = SharedClassList.shared
-        self.block_table.clear()
+        self.table = SharedClassList.shared
+        self.table.clear()
 
 
 @wrong("check_paged_window", "too early")
@@ -166,8 +173,8 @@ class CapByCount(PagedBase):
         cap = -(-self.window_size // self.pool.block_size)
         p = self.seen - 1
         need_new = self.opens_block(p)
-        while len(self.block_table) + need_new > cap:
-            self.pool.give(self.block_table.pop(0))
+        while len(self.table) + need_new > cap:
+            self.pool.give(self.table.pop(0))
             self.first += 1
 
 
@@ -194,6 +201,68 @@ class TakesBeforeFreeing(PagedBase):
         p = self.seen
         self.seen += 1
         if self.opens_block(p):
-            self.block_table.append(self.pool.take())
+            self.table.append(self.pool.take())
         self.free_old()
+        return self.table[-1], p % self.pool.block_size
+
+
+@wrong("check_paged_window", "after reset()", "fresh instance")
+class ResetKeepsFirstBlockCounter(PagedBase):
+    """reset() gives the blocks back and zeroes the token count, but leaves self.first (the logical number of
+    table[0]) as it was: the next sequence frees its blocks late."""
+
+    def reset(self):
+        for b in self.table:
+            self.pool.give(b)
+        self.table, self.seen = [], 0
+
+
+@wrong("check_paged_window", "logical block number", "no block 5")
+class ReturnsLogicalBlockNumber(PagedBase):
+    """Takes blocks from the pool but returns p // block_size, the logical number, instead of the pool's id."""
+
+    def append(self):
+        _, offset = super().append()
+        return (self.seen - 1) // self.pool.block_size, offset
+
+
+@wrong("check_paged_window", "your own list", "list(self.table)")
+class HandsOutItsOwnTable(PagedBase):
+    """block_table returns the internal list itself: a caller's append or clear changes the sequence."""
+
+    @property
+    def block_table(self):
+        return self.table
+
+
+@wrong("check_paged_window", "library's own pagedkvcache")
+class LibraryPagedCache(PagedKVCache):
+    """Subclasses the library's PagedKVCache and adds append(): the check's own oracle doing the work."""
+
+    def append(self):
+        p = self.seen
+        self.update(torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1))
         return self.block_table[-1], p % self.pool.block_size
+
+    @property
+    def positions(self):
+        return self.stored_positions().tolist()
+
+
+@wrong("check_paged_window", "keeps the library's own pagedkvcache in self.cache")
+class KeepsALibraryCache:
+    """Wraps the library's PagedKVCache in an attribute and forwards to it: the oracle again."""
+
+    def __init__(self, pool, window_size):
+        self.cache = PagedKVCache(pool, window_size)
+
+    def append(self):
+        p = self.cache.seen
+        self.cache.update(torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1))
+        return self.cache.block_table[-1], p % self.cache.pool.block_size
+
+    block_table = property(lambda self: self.cache.block_table)
+    positions = property(lambda self: self.cache.stored_positions().tolist())
+
+    def reset(self):
+        self.cache.reset()
