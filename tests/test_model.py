@@ -148,7 +148,7 @@ class SeenIsLenRing(RingBufferKVCache):
 
 
 def test_rope_positions_come_from_seen_not_len():
-    """Regression for Hugging Face's old SinkCache bug: rotary positions taken from tokens *stored*.
+    """Regression for rotary positions taken from tokens *stored* (``len``) instead of *seen*.
 
     Past W tokens a ring holds W, but the next token's position is ``seen``.
     A cache lying about ``len`` changes nothing; one whose ``seen`` is ``len``

@@ -12,8 +12,13 @@ Two counts are kept apart on purpose:
 * ``seen``: tokens ever passed to ``update``. Rotary positions come from this.
 * ``len(cache)``: tokens stored now, at most the cache's capacity.
 
-Hugging Face's old ``SinkCache`` mixed the two up and rotated keys with the
-wrong positions; naming both keeps that bug out.
+A decoder that takes rotary positions from ``len`` instead of ``seen`` breaks
+as soon as the window is full (``len`` stops growing, positions do not);
+naming both keeps that bug out. Not to be confused with StreamingLLM (§3.2) and
+Hugging Face's old ``SinkCache``, which re-rotated cached keys to positions
+*within the cache* on purpose; that design had bugs of its own, reported in
+transformers #33691 and #35350 (new keys kept their absolute rotation while
+cached ones were shifted).
 
 A cache is an inference structure: it stores values, not autograd history, so
 ``update`` detaches its inputs (a graph threaded through the cache would keep
