@@ -53,7 +53,9 @@ def test_json_records_config_and_environment(quick_run):
 
 def test_every_window_has_every_cache_with_positive_times(quick_run):
     _, _, result = quick_run
-    expected = {"floor", "ring", "sinks", "naive"} | ({"hf_dynamic_sliding", "hf_static_sliding"} if HAS_HF else set())
+    expected = {"floor", "ring", "sinks", "naive", "int8"}
+    expected |= {"paged"} if result["config"]["batch"] == 1 else set()
+    expected |= {"hf_dynamic_sliding", "hf_static_sliding"} if HAS_HF else set()
     for W in result["config"]["windows"]:
         rows = {r["cache"]: r for r in result["updates"] if r["window"] == W}
         assert set(rows) == expected, f"W={W}"
@@ -251,3 +253,20 @@ def test_decode_rows_ratios_and_a_long_run(capsys):
               "updates": [], "attention": [], "decode": rows, "targets": {}, "notes": []}
     text = table(result)
     assert "×naive" in text and "long decode runs" in text and "not counted (no CUDA)" in text
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_the_paged_cache_is_timed_only_for_one_sequence(batch):
+    """A paged cache holds one sequence (one batch row): it joins the update rows at batch 1 only,
+    and a step there writes into its pool and returns the window like the ring's."""
+    from swkv_teach.bench.updates import subjects
+
+    W = 8
+    k = torch.randn(batch, 2, 1, 4)
+    found = {s.name: s for s in subjects(W, k, k.clone(), with_hf=False)}
+    assert ("paged" in found) == (batch == 1) and "int8" in found
+    if batch == 1:
+        s = found["paged"]
+        s.fill()
+        out_k, _ = s.step()
+        assert out_k.shape == (1, 2, W, 4) and sum(t.numel() for t in s.held()) > 0

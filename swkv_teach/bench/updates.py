@@ -8,6 +8,10 @@ name                      one steady-state step (window already full)
 ``ring``                  :class:`~swkv_teach.caches.RingBufferKVCache`
 ``sinks``                 :class:`~swkv_teach.caches.SinkKVCache` (4 sinks)
 ``naive``                 :class:`~swkv_teach.caches.SlidingWindowKVCache` (cat + slice)
+``int8``                  :class:`~swkv_teach.caches.Int8RingBufferKVCache` (int8 + one
+                          scale per token and head; returns a dequantised copy)
+``paged``                 :class:`~swkv_teach.caches.PagedKVCache`, blocks of 16, its own
+                          pool (batch 1 only; returns a gathered copy of its blocks)
 ``hf_dynamic_sliding``    transformers' ``DynamicCache`` -> ``DynamicSlidingWindowLayer``
 ``hf_static_sliding``     transformers' ``StaticCache`` -> ``StaticSlidingWindowLayer``
 ========================  =============================================================
@@ -25,7 +29,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from swkv_teach.caches import RingBufferKVCache, SinkKVCache, SlidingWindowKVCache
+from swkv_teach.caches import Int8RingBufferKVCache, RingBufferKVCache, SinkKVCache, SlidingWindowKVCache, make_cache
 
 NUM_SINKS = 4
 
@@ -103,7 +107,11 @@ def subjects(W: int, k: torch.Tensor, v: torch.Tensor, with_hf: bool) -> list[Su
         _ours("sinks", f"sinks S={NUM_SINKS} (swkv_teach)", SinkKVCache(NUM_SINKS, W), W, k, v,
               lambda c: (c.k_buf, c.v_buf)),
         _ours("naive", "naive cat+slice (swkv_teach)", SlidingWindowKVCache(W), W, k, v, lambda c: (c.k, c.v)),
+        _ours("int8", "int8 + scales (swkv_teach)", Int8RingBufferKVCache(W), W, k, v, lambda c: c.buffers),
     ]
+    if k.shape[0] == 1:  # a paged cache holds one sequence: one batch row
+        found.append(_ours("paged", "paged, blocks of 16 (swkv_teach)", make_cache("paged", W), W, k, v,
+                           lambda c: (c.pool.k, c.pool.v)))
     if with_hf:
         from transformers import DynamicCache, StaticCache
 
