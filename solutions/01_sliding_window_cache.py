@@ -49,8 +49,9 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 # **What the check holds your cache to** (a cache in a real model meets all of these):
 #
 # * **Any token shape.** `batch`, `heads` and `head_dim` are whatever `k_new` says, 1 included: the check
-#   feeds `(2, 3, 1, 4)`, `(1, 1, 1, 2)`, `(3, 1, 1, 5)` and `(1, 4, 1, 3)` tokens. Do not assume
-#   `batch == heads`, and do not `squeeze()` (it drops a batch or head of size 1).
+#   feeds `(2, 3, 1, 4)`, `(1, 1, 1, 2)`, `(3, 1, 1, 5)`, `(1, 4, 1, 3)` and `(2, 2, 1, 3)` tokens. Do not assume
+#   `batch == heads` (nor swap them when they are equal), and do not `squeeze()` (it drops a batch or head of
+#   size 1).
 # * **The tokens' dtype and device**, float16 and bfloat16 included: the returned `k` and `v` have `k_new`'s.
 # * **Windows 1 to 8, runs of `4 W + 3` tokens**, so `W - 1`, `W`, `W + 1` and long after are all crossed.
 # * **Keys and values that are all zeros** are ordinary tokens.

@@ -50,10 +50,14 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 # Allocate the buffers on the first update, with that token's batch, heads, head_dim, **dtype and device**.
 # Worked example, `W = 3`: after 4 tokens the slots hold positions `[3, 1, 2]`.
 #
-# The check holds the ring to what a model needs: any token shape (batch ≠ heads, batch 1, one head; no
-# `squeeze()`), float32/float64/float16/bfloat16, windows 1 to 8 over runs of `4 W + 3` tokens, keys and values
-# that are all zeros (ordinary tokens: count what you wrote, never look for zero slots), several rings alive
-# at once (all state on `self`), and bounded memory: everything the object keeps stops growing once full.
+# `update` and `ordered()` each return a tuple `(k, v)` (`return k, v`).
+#
+# The check holds the ring to what a model needs: any token shape (batch ≠ heads, batch == heads, batch 1, one
+# head; no `squeeze()`), float32/float64/float16/bfloat16, windows 1 to 8 over runs of `4 W + 3` tokens, keys and
+# values that are all zeros (ordinary tokens: count what you wrote, never look for zero slots), several rings
+# alive at once (all state on `self`), and bounded memory: everything the object keeps (any attribute, list or
+# dict) stops growing once the buffer is full; holding more than twice the window's keys and values counts as
+# not evicting.
 #
 # <details><summary>Hint 1</summary>
 #

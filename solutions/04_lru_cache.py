@@ -36,9 +36,10 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 #
 # * `LRUCache(max_size)` raises `ValueError` when `max_size <= 0`.
 # * `put(token_id, key, value)`: insert, or replace and refresh an existing id; it becomes the most recently
-#   used, even when the key and value are the same as before. A re-put of a stored id never evicts anything
+#   used, even when the key and value are the same as before (even the very same objects). A re-put of a stored id never evicts anything
 #   (the cache does not grow). If the cache now holds more than `max_size` entries, evict the least recently used.
-# * `get(token_id)`: the pair `(key, value)`, in that order, and the entry becomes the most recently used;
+# * `get(token_id)`: the tuple `(key, value)`, in that order (a tuple, not a list), and the entry becomes the
+#   most recently used;
 #   `None` if absent (not `-1`). A `get` never changes how many entries the cache can hold.
 #
 # Both operations should be O(1). An `OrderedDict`, a plain `dict` (insertion-ordered), a dict subclass or a

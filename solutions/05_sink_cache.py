@@ -35,10 +35,11 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 #
 # **Difficulty:** ★★★ (3/3) · **Time:** about 25 min · **Points:** 3
 #
-# `SinkCache(num_sinks, window_size)`, one token per `update(k_new, v_new)`:
+# `SinkCache(num_sinks, window_size)`, with `num_sinks >= 1` and `window_size >= 1`, one token per
+# `update(k_new, v_new)`:
 #
 # * after `update`, the cache holds positions `0 .. num_sinks - 1` (the sinks, forever) and the last
-#   `window_size` positions, nothing else, and `update` returns their keys and values;
+#   `window_size` positions, nothing else, and `update` returns their keys and values as a tuple `(k, v)`;
 # * `positions` (a property): a 1-D tensor of an **integer dtype** (`torch.long`, say) with the absolute
 #   position of each key `update` returned, in the order returned (not floats, not a Python list: the
 #   decoder's mask and `cache.positions.to(device)` need an integer tensor).
@@ -50,7 +51,8 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 # The check holds the cache to what a model needs: any token shape (batch ≠ heads, batch 1, one head; no
 # `squeeze()`), the tokens' dtype and device (float16 and bfloat16 too), runs of `4 (num_sinks + window_size) + 3`
 # tokens, keys and values that are all zeros (ordinary tokens), several caches alive at once (all state on
-# `self`), and bounded memory: everything the object keeps stops growing once full.
+# `self`), and bounded memory: everything the object keeps (any attribute, list or dict) stops growing once
+# full; holding more than twice the sinks' and window's keys and values counts as not evicting.
 #
 # <details><summary>Hint 1</summary>
 #

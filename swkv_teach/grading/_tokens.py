@@ -93,6 +93,9 @@ def unpack_kv(case: str, out, what: str = "update()") -> tuple[torch.Tensor, tor
         if out is None:
             hint = "it returned nothing: end with `return self.k, self.v` (or your buffers' names)."
         raise fail(case, f"{what} returned {describe(out)}; expected a tuple (k, v) of two tensors.", hint=hint)
+    if isinstance(out, list):
+        raise fail(case, f"{what} returned a list [k, v]; expected a tuple (k, v), as the statement says.",
+                   hint="`return self.k, self.v` (with a comma, no brackets) returns a tuple.")
     for name, t in zip("kv", out):
         if not isinstance(t, torch.Tensor):
             raise fail(case, f"{what} returned {name} = {show(t)} ({type(t).__name__}); expected a torch.Tensor.",

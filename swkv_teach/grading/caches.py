@@ -32,6 +32,7 @@ SLIDING_RUNS = (
     Run((2,), (1, 1, 2), F64),  # batch 1, one head
     Run((8,), (3, 1, 5), F16),  # one head, batch 3
     Run((4,), (1, 4, 3), BF16),  # batch 1
+    Run((3,), (2, 2, 3)),  # batch == heads > 1: batch and heads swapped (same shape) shows only in the data
     Run((3,), (3, 1, 5), zeros=True),
     Run((2,), SHAPE0, BF16, zeros=True),
 )
@@ -124,6 +125,16 @@ def _window_hint(got: list, exp: list, seen: int, W: int, more: list, zeros: boo
     return "compare the two lists above: which tokens should be evicted, and which kept?", True
 
 
+def _changed_hint(k: torch.Tensor, ek: torch.Tensor) -> str:
+    """Why the right tokens came back with other numbers."""
+    if k.shape == ek.shape and k.shape[0] == k.shape[1] > 1 and torch.equal(k.transpose(0, 1), ek):
+        B, H, T, D = k.shape
+        return (f"batch and heads are swapped: with tokens ({B}, {H}, 1, {D}), batch == heads, the shape cannot "
+                "show it, but the data moved (a reshape to (heads, batch, ...) and a transpose?). Keep k_new's "
+                "(batch, heads, tokens, head_dim) layout as given: torch.cat along dim 2 needs no reshape.")
+    return "store k_new as given (no arithmetic, no re-ordering of batch, heads or dims)."
+
+
 def _value_hint(vgot: list, kgot: list, vexp: list, k=None, v=None) -> str:
     if k is not None and v is not None and k.shape == v.shape and torch.equal(k, v):
         return "your values equal your keys: update() returns the keys twice (`return self.k, self.k`?)."
@@ -166,7 +177,7 @@ class SlidingJudge(Judge):
             got, exp = labels(s.k, base=s.base), labels(s.ek, base=s.base)
             if got == exp:
                 raise fail(s.case, "update() returned the right tokens, but their numbers changed.",
-                           hint="store k_new as given (no arithmetic, no re-ordering of batch, heads or dims).")
+                           hint=_changed_hint(s.k, s.ek))
             more = _lookahead(s.cache, s.p + 1, s, None)
             hint, generic = _window_hint(got, exp, s.p + 1, W, more, s.zeros)
             zeros = ["(odd tokens are all zeros in this run and read as 0)"] if s.zeros else []
@@ -190,6 +201,12 @@ def _first_example(cls, dev) -> None:
     if k.shape == v1.shape and torch.equal(k, v1) and torch.equal(v, k1):
         raise fail(case, "update() returned (v, k): the keys came back as values and the values as keys.",
                    hint="k and v are swapped somewhere (store, cat or return): return self.k, self.v.")
+    if k.dim() < 4 and [d for d in k.shape if d != 1] == [2, 4]:
+        raise fail(case, "the first update should return exactly the token that came in:",
+                   expected="shape (1, 2, 1, 4), equal to k1/v1", got=f"shape {tuple(k.shape)}",
+                   hint="dims of size 1 went missing: squeeze() drops the batch of 1 (and the token dim), and "
+                   "stacking the squeezed tokens cannot put them back. Keep k_new 4-D, (batch, heads, 1, "
+                   "head_dim), and join tokens with torch.cat(..., dim=2).")
     if tuple(k.shape) != (1, 2, 1, 4) or not torch.equal(k, k1) or not torch.equal(v, v1):
         raise fail(case, "the first update should return exactly the token that came in:",
                    expected="shape (1, 2, 1, 4), equal to k1/v1",
@@ -228,8 +245,8 @@ def check_sliding_window_cache(cls) -> None:
     check_runs(SlidingJudge, cls, SLIDING_RUNS[1:], dev, snapshot, earlier=True)
     interleave(SlidingJudge, cls, LIVE, dev)
     passed(f"{_name(cls)} keeps exactly the last W tokens, like the library's SlidingWindowKVCache "
-           f"(W = {_shown(SLIDING_RUNS)}; runs of 4W + 3 tokens; 4 token shapes; float32/64, float16, bfloat16; "
-           "zero tokens; 3 live instances; bounded memory).")
+           f"(W = {_shown(SLIDING_RUNS)}; runs of 4W + 3 tokens; {len({r.shape for r in SLIDING_RUNS})} token shapes; "
+           "float32/64, float16, bfloat16; zero tokens; 3 live instances; bounded memory).")
 
 
 # ---------------------------------------------------------------- ring
@@ -259,6 +276,22 @@ def _ring_hint(got: list, exp: list, seen: int, W: int, zeros: bool) -> tuple[st
     return "token p belongs in slot p % window_size; compare the slot contents above.", True
 
 
+def _slot_shift(cls, dev) -> tuple[int, list] | None:
+    """``(d, slots)`` when a fresh ``cls(4)`` writes token ``p`` into slot ``(p + d) % 4`` (d != 0), seen after
+    9 tokens (``slots``: the tokens its slots then hold)."""
+    try:
+        cache, W = cls(4), 4
+        for p in range(9):
+            k, _ = cache.update(*token(p, device=dev))
+        got = labels(k)
+    except Exception:
+        return None
+    if len(got) != W or not all(isinstance(x, int) for x in got):
+        return None
+    shifts = {(s - x) % W for s, x in enumerate(got)}
+    return (shifts.pop(), got) if len(shifts) == 1 and shifts != {0} else None
+
+
 class RingJudge(Judge):
     oracle_cls = RingBufferKVCache
     arg_names = ("window_size",)
@@ -272,7 +305,13 @@ class RingJudge(Judge):
         if not torch.equal(s.k, s.ek):
             got, exp = labels(s.k, base=s.base), labels(s.ek, base=s.base)
             hint, generic = _ring_hint(got, exp, s.p + 1, W, s.zeros) if got != exp else (
-                "the right tokens, but their numbers changed.", False)
+                "the right tokens, but their numbers changed: " + _changed_hint(s.k, s.ek), False)
+            shifted = _slot_shift(self.cls, s.k_new.device) if generic or "just wrote" in hint else None
+            if shifted:
+                d, slots = shifted
+                hint, generic = (f"token p landed in slot (p + {d}) % W, not p % W (with W = 4, after tokens 0..8 "
+                                 f"the slots held {slots}, expected [8, 5, 6, 7]): is the slot computed after seen "
+                                 "was incremented? Write into slot seen % W first, then add 1 to seen."), False
             zeros = ["(odd tokens are all zeros in this run and read as 0)"] if s.zeros else []
             raise fail(s.case, "update() returned, slot by slot, the keys of positions:", *zeros,
                        expected=exp, got=got, hint=hint, generic=generic)
@@ -301,13 +340,19 @@ class RingJudge(Judge):
         eok, eov = self.oracle.ordered()
         check_kind(s.case, ok, ov, s.k_new, what="ordered()")
         if not (torch.equal(ok, eok) and torch.equal(ov, eov)):
-            got_o = labels(ok, base=s.base)
+            keys_right = torch.equal(ok, eok)
+            what, t, et = ("values", ov, eov) if keys_right else ("keys", ok, eok)
+            got_o = labels(t, values=keys_right, base=s.base)
             hint = "sort the slots by the position each holds (index_select with argsort of positions)."
-            if "0" in got_o and not s.zeros:
+            if keys_right:
+                hint = ("the keys are right, the values are not: put the values through the same index_select "
+                        "as the keys (v_buf.index_select(2, order)).")
+            elif "0" in got_o and not s.zeros:
                 hint = ("ordered() returned an unwritten (zero) slot: is token p written into slot p % W, and does "
                         "ordered() read the slots that positions describes?")
-            raise fail(s.case, "ordered() should return the stored keys chronologically, oldest first:",
-                       expected=labels(eok, base=s.base), got=got_o, hint=hint)
+            raise fail(s.case, f"ordered() should return the stored {what} chronologically, oldest first "
+                       f"({what} of positions):", expected=labels(et, values=keys_right, base=s.base), got=got_o,
+                       hint=hint)
         for name, t, buf in (("keys", ok, s.k), ("values", ov, s.v)):
             if t.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr():
                 raise fail(s.case, f"ordered() returned {name} that share memory with the buffer update() returns: "
@@ -336,8 +381,8 @@ def check_ring_buffer_cache(cls) -> None:
     dev = pick_device()
     check_runs(RingJudge, cls, RING_RUNS, dev, pristine(cls))
     interleave(RingJudge, cls, LIVE, dev)
-    passed(f"{_name(cls)} matches the library's RingBufferKVCache slot for slot (W = {_shown(RING_RUNS)}; 4 token "
-           "shapes; float32/64, float16, bfloat16; zero tokens; 3 live instances), with integer positions, "
+    passed(f"{_name(cls)} matches the library's RingBufferKVCache slot for slot (W = {_shown(RING_RUNS)}; "
+           f"{len({r.shape for r in RING_RUNS})} token shapes; float32/64, float16, bfloat16; zero tokens; 3 live instances), with integer positions, "
            "ordered() as a copy, no allocation once full and bounded memory.")
 
 

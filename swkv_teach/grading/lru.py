@@ -49,6 +49,8 @@ class _Script:
         self.oracle = LRUKVCache(max_size)
         self.cls, self.max_size, self.log = cls, max_size, []  # log: the calls so far, to rebuild a twin
         self.version: dict = {}
+        self.objects: dict = {}  # id -> the key and value objects last put
+        self.reputs = 0
         self.state = state  # compare the whole state after every operation
 
     def _case(self) -> str:
@@ -59,6 +61,11 @@ class _Script:
         n = self.version.get(token_id, 0) + (1 if fresh else 0)
         self.version[token_id] = n
         key, value = f"k{token_id}" + "'" * n, f"v{token_id}" + "'" * n
+        if not fresh and self.objects.get(token_id, (None, None))[0] == key:
+            self.reputs += 1
+            if self.reputs % 2:  # every other identical re-put hands in the very same objects (`is`, not only ==)
+                key, value = self.objects[token_id]
+        self.objects[token_id] = (key, value)
         self.ops.append(f"put({token_id}, {key!r}, {value!r})")
         call(self._case(), f"put({token_id}, ...)", self.mine.put, token_id, key, value)
         self.log.append(("put", token_id, key, value))
@@ -75,6 +82,11 @@ class _Script:
             raise fail(case, f"the last call, get({token_id}):", expected=exp if exp is not None else MISS,
                        got=got if got is not None else MISS, **_get_hint(self, token_id, got, exp, hint_hit,
                                                                          hint_miss, hint))
+        if isinstance(got, list):
+            raise fail(case, f"the last call, get({token_id}), returned a list; the statement asks for the tuple "
+                       "(key, value).", expected=exp, got=got,
+                       hint="store and return tuples: `self.cache[token_id] = (key, value)`, or `return "
+                       "tuple(pair)`. A list handed out is the cache's own entry, which the caller could change.")
         self.compare_state()
 
     def _twin(self):
@@ -191,12 +203,37 @@ def _fill(n: int, prime: str = ""):
     return [("put", i, f"k{i}{prime}", f"v{i}{prime}") for i in range(n)]
 
 
+def _grows_on_gets(cls) -> str | None:
+    """Which container of a full cache of 2 grows over 40 gets (None if nothing does, or the probe fails)."""
+    from swkv_teach.grading._retained import growth, retained
+
+    try:
+        c = cls(2)
+        c.put(0, "k0", "v0")
+        c.put(1, "k1", "v1")
+        c.get(0)
+        before = retained(c)
+        for i in range(40):
+            c.get(i % 2)
+        after = retained(c)
+    except Exception:
+        return None
+    return growth(before, after) if after.items - before.items >= 20 else None
+
+
 def diagnose(cls) -> str | None:
     """The most specific bug the probes find in ``cls``, as a hint; None when none fits."""
     got: list = []
     s = _probe(cls, 2, [*_fill(1), ("get", 0, got)])
     if s is not None and got and got[0] == ("v0", "k0"):
         return "get returns (value, key): swapped. Return the stored pair in order, (key, value)."
+    # many gets on a full cache: nothing the cache keeps may grow (an order list with stale duplicates does)
+    grew = _grows_on_gets(cls)
+    if grew:
+        return (f"what your cache keeps grows on every get: {grew} after 40 gets on a full cache of 2. An order list "
+                "that a get (or put) appends to without removing the id's older entry keeps stale duplicates, and "
+                "eviction then pops the oldest entry, which may name an id used since (or long gone). Remove the "
+                "id's old entry first (order.remove(token_id)), or use an OrderedDict with move_to_end.")
     # three puts into a cache of three: all three stay
     s = _probe(cls, 3, _fill(3))
     shifted = _probe(cls, 3, [("put", i, f"k{i}", f"v{i}") for i in (1, 2, 3)])
@@ -225,9 +262,14 @@ def diagnose(cls) -> str | None:
     # re-put with identical values must promote like any other
     fresh = _probe(cls, 3, [*_fill(3), ("put", 0, "k0'", "v0'"), ("put", 3, "k3", "v3")])
     same = _probe(cls, 3, [*_fill(3), ("put", 0, "k0", "v0"), ("put", 3, "k3", "v3")])
+    k0, v0 = _fill(1)[0][2:]
+    very = _probe(cls, 3, [("put", 0, k0, v0), *_fill(3)[1:], ("put", 0, k0, v0), ("put", 3, "k3", "v3")])
     if fresh is not None and same is not None and 0 in _held(fresh) and 0 not in _held(same):
         return ("a re-put with the same key and value did not promote the id: every put makes its id the most "
                 "recently used, whether or not the value changed.")
+    if fresh is not None and very is not None and 0 in _held(fresh) and 0 not in _held(very):
+        return ("a re-put of the very same key and value objects did not promote the id (a test like `old[0] is "
+                "key` that returns early?): every put makes its id the most recently used, whatever it stores.")
     # capacity after many gets
     s = _probe(cls, 3, [*_fill(3), ("get", 0), ("get", 1), ("get", 2), ("get", 0), ("put", 3, "k3", "v3")])
     if s is not None and len(_held(s)) < 3:
@@ -302,6 +344,17 @@ def _scenarios(cls) -> None:
     s.get(0, hint_miss="put(0) again made 0 the most recently used, so it must survive put(3).",
           hint="a re-put must store the new key and value.")
 
+    s = _Script(cls, 3, "a re-put of the very same objects refreshes", state=False)
+    for i in range(3):
+        s.put(i)
+    s.put(0)  # the same key and value objects as the first put(0)
+    s.put(3)
+    s.get(1, hint_hit="put(0) with the very same key and value objects made 0 the most recently used, so put(3) "
+          "must evict 1: every put promotes, even one that changes nothing stored (no early return when "
+          "old[0] is key).")
+    s.get(0, hint_miss="put(0) again (the very same objects) made 0 the most recently used, so it must survive "
+          "put(3): every put promotes, even one that changes nothing stored.")
+
 
 SIZES = (1, 2, 3, 5, 8)
 OPS = 80
@@ -333,7 +386,7 @@ def check_lru_cache(cls) -> None:
     _raises_for(cls, 0)
     _raises_for(cls, -1)
     passed(f"{_name(cls)} evicts the least recently used and promotes on get and put, like the library's "
-           f"LRUKVCache (sizes {', '.join(map(str, SIZES))}; 5 scenarios and {len(SIZES) * OPS} random operations, "
+           f"LRUKVCache (sizes {', '.join(map(str, SIZES))}; 6 scenarios and {len(SIZES) * OPS} random operations, "
            "the whole state compared after each; ValueError for max_size <= 0).")
 
 

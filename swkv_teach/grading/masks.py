@@ -81,9 +81,36 @@ def _first_row(got: torch.Tensor, exp: torch.Tensor) -> str:
     return "mask[i, j] is True exactly when i - W < j <= i (rows are queries, columns keys)."
 
 
+def _ignores_window(fn) -> str | None:
+    """Two windows asked alternately, fn(12, 3), fn(12, 6), fn(12, 3), fn(12, 6): state kept between calls, or a
+    mask that does not change with window_size (built once for the first window and sliced)."""
+    try:
+        outs = [fn(12, w) for w in (3, 6, 3, 6)]
+        if not all(isinstance(o, torch.Tensor) and tuple(o.shape) == (12, 12) for o in outs):
+            return None
+        outs = [o.detach().cpu().bool() for o in outs]
+    except Exception:
+        return None
+    if not (torch.equal(outs[0], outs[2]) and torch.equal(outs[1], outs[3])):
+        return ("asked fn(12, 3), fn(12, 6), fn(12, 3), fn(12, 6) in turn, your function gave different masks for "
+                "the same arguments: it keeps state between calls. Build the mask from seq_len and window_size "
+                "alone, at every call.")
+    if torch.equal(outs[0], outs[1]) and not (_candidates(outs[0], 12, 3) or _candidates(outs[1], 12, 6)):
+        sees = int(outs[0][-1].sum())
+        return (f"window_size is ignored: fn(12, 3) and fn(12, 6) returned the same mask (the last query sees {sees} "
+                "keys in both). A mask built once, for the first window_size seen, then sliced (a module-level "
+                "variable, or a cache keyed on seq_len only)? Or a hard-coded window? Use window_size at every "
+                "call.")
+    return None
+
+
 def _mask_hint(fn, got: torch.Tensor, T: int, W: int) -> str:
     """The bug's name, judged on a larger case first (W=5: a hard-coded 3 is not an off-by-one there),
-    then on the failing case; the hint says which case it was judged on, so its numbers make sense."""
+    then on the failing case; the hint says which case it was judged on, so its numbers make sense.
+    First of all: does the mask change with window_size at all, and only with the arguments?"""
+    stale = _ignores_window(fn)
+    if stale:
+        return stale
     try:
         big = fn(10, 5)
         if isinstance(big, torch.Tensor) and big.dtype == torch.bool and tuple(big.shape) == (10, 10):

@@ -9,7 +9,7 @@ from tests.right_answers import right
 
 @right("check_lru_cache")
 class PlainDictLRU:
-    """A plain dict (insertion-ordered): pop and re-insert to promote; a list pair is fine."""
+    """A plain dict (insertion-ordered): pop and re-insert to promote; pairs stored as lists, returned as tuples."""
 
     def __init__(self, max_size):
         if max_size <= 0:
@@ -26,7 +26,7 @@ class PlainDictLRU:
         if token_id not in self.d:
             return None
         self.d[token_id] = self.d.pop(token_id)
-        return self.d[token_id]
+        return tuple(self.d[token_id])
 
 
 @right("check_lru_cache")

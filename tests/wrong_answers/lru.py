@@ -259,3 +259,46 @@ class WrapsTheLibraryLRU:
 
     def get(self, token_id):
         return self.lru.get(token_id)
+
+
+# ---------------------------------------------------------------- red team, round 2
+@wrong("check_lru_cache", "very same", "every put makes its id the most recently used")
+class RePutOfTheSameObjectsSkips(_LRU):
+    """Returns early when the id already holds these very objects (old[0] is key): that re-put is not promoted."""
+
+    def put(self, token_id, key, value):
+        old = self.cache.get(token_id)
+        if old is not None and old[0] is key and old[1] is value:
+            return
+        super().put(token_id, key, value)
+
+
+@wrong("check_lru_cache", "returned a list", "tuple (key, value)")
+class GetReturnsList(_LRU):
+    """Stores and returns [key, value], a list, where the statement asks for the tuple (key, value)."""
+
+    def put(self, token_id, key, value):
+        super().put(token_id, key, value)
+        self.cache[token_id] = [key, value]
+
+
+@wrong("check_lru_cache", "grows on every get", "stale duplicates", "self.order")
+class OrderListWithStaleDuplicates:
+    """An order list that get and put append to without removing the old entry; eviction pops order[0]."""
+
+    def __init__(self, max_size):
+        if max_size <= 0:
+            raise ValueError(f"max_size must be positive; got {max_size}")
+        self.max_size, self.order, self.d = max_size, [], {}
+
+    def put(self, token_id, key, value):
+        self.d[token_id] = (key, value)
+        self.order.append(token_id)
+        while len(self.d) > self.max_size:
+            self.d.pop(self.order.pop(0), None)
+
+    def get(self, token_id):
+        if token_id not in self.d:
+            return None
+        self.order.append(token_id)
+        return self.d[token_id]

@@ -325,3 +325,38 @@ class MakesTheLibrary:
 
     def __new__(cls, window_size):
         return swkv_teach.RingBufferKVCache(window_size)
+
+
+# ---------------------------------------------------------------- red team, round 2
+@wrong("check_ring_buffer_cache", "ordered()", "stored values chronologically", "the keys are right")
+class OrderedSortsKeysOnly(_Ring):
+    """ordered() sorts the keys but returns the values in slot order."""
+
+    def ordered(self):
+        order = torch.argsort(self.positions).to(self.k_buf.device)
+        return self.k_buf.index_select(2, order), self.v_buf[:, :, : min(self.seen, self.window_size)].clone()
+
+
+@wrong("check_ring_buffer_cache", "landed in slot (p + 1) % w", "after seen was incremented")
+class WritesSlotAfterIncrement(_Ring):
+    """Increments seen first, then writes token p into slot seen % W = (p + 1) % W."""
+
+    def write(self, k_new, v_new):
+        if self.k_buf is None:
+            self.alloc(k_new)
+        self.seen += 1
+        slot = self.seen % self.window_size
+        self.k_buf[:, :, slot] = k_new[:, :, 0]
+        self.v_buf[:, :, slot] = v_new[:, :, 0]
+        return min(self.seen, self.window_size)
+
+
+@wrong("check_ring_buffer_cache", "batch and heads are swapped", "(2, 2, 1, 3)")
+class RingSwapsBatchAndHeads(_Ring):
+    """When B == H, writes k_new.reshape(H, B, 1, D).transpose(0, 1): batch and heads swapped, the shape unchanged."""
+
+    def update(self, k_new, v_new):
+        B, H, _, D = k_new.shape
+        if B == H:
+            k_new, v_new = (t.reshape(H, B, 1, D).transpose(0, 1) for t in (k_new, v_new))
+        return super().update(k_new, v_new)

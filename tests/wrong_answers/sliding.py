@@ -408,3 +408,39 @@ class WrapsTheLibrary:
 
     def update(self, k_new, v_new):
         return self.inner.update(k_new, v_new)
+
+
+@wrong("check_sliding_window_cache", "returned a list [k, v]", "expected a tuple")
+class ReturnsList(_Seed):
+    """Right tokens, but returns [self.k, self.v], a list, where the statement asks for a tuple."""
+
+    def update(self, k_new, v_new):
+        self.append(k_new, v_new)
+        self.k, self.v = self.k[:, :, -self.window_size :], self.v[:, :, -self.window_size :]
+        return [self.k, self.v]
+
+
+@wrong("check_sliding_window_cache", "batch and heads are swapped", "(2, 2, 1, 3)")
+class ReshapeSwapsBatchAndHeads(_Seed):
+    """When B == H, k_new.reshape(H, B, 1, D).transpose(0, 1): batch and heads swapped, the shape unchanged."""
+
+    def update(self, k_new, v_new):
+        B, H, _, D = k_new.shape
+        if B == H:
+            k_new, v_new = (t.reshape(H, B, 1, D).transpose(0, 1) for t in (k_new, v_new))
+        self.append(k_new, v_new)
+        self.k, self.v = self.k[:, :, -self.window_size :], self.v[:, :, -self.window_size :]
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "squeeze()", "(2, 1, 4)")
+class SqueezeThenStack:
+    """Keeps a list of k_new.squeeze() and returns torch.stack(list, dim=-2): right for (2, 3, 1, 4), not batch 1."""
+
+    def __init__(self, window_size):
+        self.window_size, self.ks, self.vs = window_size, [], []
+
+    def update(self, k_new, v_new):
+        self.ks = (self.ks + [k_new.squeeze()])[-self.window_size :]
+        self.vs = (self.vs + [v_new.squeeze()])[-self.window_size :]
+        return torch.stack(self.ks, dim=-2), torch.stack(self.vs, dim=-2)
