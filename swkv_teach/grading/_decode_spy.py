@@ -320,16 +320,18 @@ def _within(t: torch.Tensor, outs: list) -> bool:
 
 
 def foreign_keys(spy: Spy, n_layers: int) -> str | None:
-    """A layer that handed ``cache.update`` keys or values its own ``attn.qkv`` did not return in this call."""
+    """A cache handed keys or values that no layer's ``attn.qkv`` returned in this call.
+
+    (Any layer's: a decoder that always pairs layer i with another fixed cache computes the same logits.)"""
+    made = [info for L in range(n_layers) for info in spy.kinds(L, "qkv")]
     for L in range(n_layers):
-        made = spy.kinds(L, "qkv")
         for up in spy.kinds(L, "update"):
             for name, word in (("k", "keys"), ("v", "values")):
                 t = up[f"{name}_in"]
                 if not isinstance(t, torch.Tensor) or t.dim() != 4 or _within(t, [m[name] for m in made]):
                     continue
                 what = "all zeros" if not t.any() else "not the ones it returned"
-                return (f"layer {L} handed cache.update {word} that its attn.qkv did not just return ({what}): "
+                return (f"cache {L} was handed {word} that no layer's attn.qkv returned in this call ({what}): "
                         "the caches must hold the model's real keys and values, since later calls attend over "
                         "them. In every layer: q, k, v = layer.attn.qkv(layer.attn_norm(x), positions); "
                         "k, v = cache.update(k, v); then attend over what update returned.")

@@ -77,3 +77,33 @@ def decode_tiles_kv_heads_correctly(model, input_ids, caches):
         x = x + layer.attn.attend(q, k, v, positions, cache.positions.to(x.device))
         x = x + layer.mlp(layer.mlp_norm(x))
     return model.lm_head(model.norm(x))
+
+
+@right("check_cached_decode")
+def decode_sorts_keys_with_their_positions(model, input_ids, caches):
+    """Sorts each cache's keys, values and positions together, chronologically: consistent, so right."""
+    start = caches[0].seen
+    pos = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
+    x = model.embed(input_ids)
+    for layer, cache in zip(model.layers, caches):
+        q, k, v = layer.attn.qkv(layer.attn_norm(x), pos)
+        k, v = cache.update(k, v)
+        kpos = cache.positions.to(x.device)
+        order = torch.argsort(kpos)
+        x = x + layer.attn.attend(q, k[:, :, order], v[:, :, order], pos, kpos[order])
+        x = x + layer.mlp(layer.mlp_norm(x))
+    return model.lm_head(model.norm(x))
+
+
+@right("check_cached_decode")
+def decode_pairs_layers_with_caches_reversed(model, input_ids, caches):
+    """Layer i always uses cache n - 1 - i: every layer still has its own cache, so the logits are the same."""
+    start = caches[0].seen
+    pos = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
+    x = model.embed(input_ids)
+    for layer, cache in zip(model.layers, list(caches)[::-1]):
+        q, k, v = layer.attn.qkv(layer.attn_norm(x), pos)
+        k, v = cache.update(k, v)
+        x = x + layer.attn.attend(q, k, v, pos, cache.positions.to(x.device))
+        x = x + layer.mlp(layer.mlp_norm(x))
+    return model.lm_head(model.norm(x))

@@ -263,7 +263,7 @@ def decode_class_step(model, input_ids, caches):
     return type(model).step(model, input_ids, caches)
 
 
-@wrong("check_cached_decode", "handed cache.update keys", "all zeros", "not for the right reason")
+@wrong("check_cached_decode", "was handed keys", "all zeros", "not for the right reason")
 def decode_layers_on_the_prefix_with_dummy_updates(model, input_ids, caches):
     """Reruns every layer without a cache over the whole prefix and feeds the caches zeros to look cached."""
     caches.ids = input_ids if caches[0].seen == 0 else torch.cat([caches.ids, input_ids], dim=1)
