@@ -38,8 +38,8 @@ def refuse_library(check: str, answer, own, write: str) -> None:
         return
     kind = "class" if isinstance(own, type) else "function"
     raise fail(f"{check}({learner_name(answer)})",
-               f"this is the library's own swkv_teach.{own.__name__} (or built on it), the very {kind} the check compares with: it passes by definition "
-               "and shows nothing about your code.",
+               f"this is the library's own swkv_teach.{own.__name__} (or built on it), the very {kind} the check "
+               "compares with: it passes by definition and shows nothing about your code.",
                hint=f"pass the {write} you wrote in the cell above. If you did write one, an import that ran after "
                f"it (from swkv_teach import {own.__name__} ...) replaced it: run your cell again.")
 

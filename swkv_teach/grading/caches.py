@@ -382,7 +382,8 @@ def check_ring_buffer_cache(cls) -> None:
     check_runs(RingJudge, cls, RING_RUNS, dev, pristine(cls))
     interleave(RingJudge, cls, LIVE, dev)
     passed(f"{_name(cls)} matches the library's RingBufferKVCache slot for slot (W = {_shown(RING_RUNS)}; "
-           f"{len({r.shape for r in RING_RUNS})} token shapes; float32/64, float16, bfloat16; zero tokens; 3 live instances), with integer positions, "
+           f"{len({r.shape for r in RING_RUNS})} token shapes; float32/64, float16, bfloat16; zero tokens; 3 live "
+           "instances), with integer positions, "
            "ordered() as a copy, no allocation once full and bounded memory.")
 
 

@@ -14,6 +14,15 @@ and the query and key projections are scaled up 8x (so attention is sharp and
 a position error moves it). Each usual bug then misses by well over 10x the
 tolerance (``tests/test_grading.py`` measures it).
 
+Right logits are not enough. While the learner's code runs, ``Decoder.step``,
+``score``, ``generate`` and ``forward`` are refused on the model and on its
+class (``type(model).forward(model, ids)`` too; put back afterwards, even on
+error); every cache must take, through ``update``, the keys and values a layer's
+``qkv`` made in that call (not zeros fed to look cached); and the
+``k_positions`` given to ``attend`` must name, in order, the keys ``update``
+returned (a wrapped ring returns them in slot order, so sorting them or
+``torch.arange(end - n, end)`` is wrong even when single-token logits match).
+
 To name a bug, the check watches the learner's calls (:mod:`._decode_spy`):
 which positions went to ``qkv`` in each layer, whether ``cache.positions`` was
 read before ``update``, how many keys ``update`` got, what ``attend`` was given

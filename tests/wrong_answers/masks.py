@@ -97,7 +97,7 @@ from swkv_teach import sliding_window_mask as _library_mask  # noqa: E402
 
 @wrong("check_sliding_window_mask", "library's own", "swkv_teach.sliding_window_mask")
 def library_mask(seq_len, window_size):
-    """The library's sliding_window_mask behind functools.wraps (sliding_window_mask = swkv_teach.sliding_window_mask)."""
+    """The library's sliding_window_mask behind functools.wraps (an import of swkv_teach.sliding_window_mask)."""
     return _library_mask(seq_len, window_size)
 
 

@@ -225,3 +225,11 @@ import swkv_teach  # noqa: E402
 @wrong("check_sink_cache", "library's own", "swkv_teach.SinkKVCache")
 class LibrarySinks(swkv_teach.SinkKVCache):
     """SinkCache = swkv_teach.SinkKVCache (here a subclass, so the library's class stays clean)."""
+
+
+@wrong("check_sink_cache", "returned a list [k, v]", "expected a tuple")
+class SinksReturnList(_Sinks):
+    """Right keys and values, returned as [k, v], a list, where the statement asks for a tuple (k, v)."""
+
+    def update(self, k_new, v_new):
+        return list(super().update(k_new, v_new))
