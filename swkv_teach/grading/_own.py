@@ -44,11 +44,16 @@ def refuse_library(check: str, answer, own, write: str) -> None:
                f"it (from swkv_teach import {own.__name__} ...) replaced it: run your cell again.")
 
 
-def library_inside(obj) -> str | None:
-    """Where ``obj`` is, or keeps (one attribute deep), one of the library's caches; None if it does not."""
+def _library_cache(x) -> bool:
+    """One of the library's own caches (a learner's class built on the abstract KVCache is not)."""
     from swkv_teach.caches.base import KVCache
 
-    if isinstance(obj, KVCache):
+    return isinstance(x, KVCache) and type(x).__module__.startswith("swkv_teach.")
+
+
+def library_inside(obj) -> str | None:
+    """Where ``obj`` is, or keeps (one attribute deep), one of the library's caches; None if it does not."""
+    if _library_cache(obj):
         return f"your class made a {type(obj).__name__} from swkv_teach.caches"
     try:
         items = vars(obj).items()
@@ -58,6 +63,6 @@ def library_inside(obj) -> str | None:
         inner = list(value.values()) if isinstance(value, dict) else (
             list(value) if isinstance(value, (list, tuple)) else [value])
         for x in inner:
-            if isinstance(x, KVCache):
+            if _library_cache(x):
                 return f"your cache keeps the library's own {type(x).__name__} in self.{name} and hands it the work"
     return None

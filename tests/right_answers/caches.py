@@ -4,6 +4,7 @@ from collections import deque
 
 import torch
 
+from swkv_teach.caches.base import KVCache
 from tests.right_answers import right
 
 # The library's own classes are not right answers: the checks refuse them (they are the oracle).
@@ -324,3 +325,38 @@ class SeparateSinkAndWindow:
     def positions(self):
         n_sinks = min(self.seen, self.S)
         return torch.tensor(list(range(n_sinks)) + [p for p, _, _ in self.window], dtype=torch.long)
+
+
+@right("check_sliding_window_cache")
+class OnTheLibrarysAbstractBase(KVCache):
+    """Built on the library's abstract KVCache interface (not on one of its caches): the learner's own code."""
+
+    def __init__(self, window_size):
+        self.window_size, self.k, self.v, self._seen = window_size, None, None, 0
+
+    def update(self, k_new, v_new):
+        self._seen += k_new.shape[2]
+        if self.k is None:
+            self.k, self.v = k_new, v_new
+        else:
+            self.k = torch.cat([self.k, k_new], dim=2)[:, :, -self.window_size :]
+            self.v = torch.cat([self.v, v_new], dim=2)[:, :, -self.window_size :]
+        return self.k, self.v
+
+    @property
+    def positions(self):
+        return torch.arange(self._seen - self.k.shape[2], self._seen)
+
+    @property
+    def seen(self):
+        return self._seen
+
+    def nbytes(self):
+        return 0 if self.k is None else 2 * self.k.numel() * self.k.element_size()
+
+    def reset(self):
+        self.k = self.v = None
+        self._seen = 0
+
+    def __len__(self):
+        return 0 if self.k is None else self.k.shape[2]
