@@ -234,3 +234,25 @@ def test_every_colab_badge_uses_the_configured_repository():
     assert not wrong, f"Colab links to a repository other than {owner_repo}: {wrong}. {REBUILD}"
     badges = [rel for rel in ALL if COLAB_LINK.search(_read(rel).cells[0].source)]
     assert badges == ALL, f"notebooks without a Colab badge first: {sorted(set(ALL) - set(badges))}. {REBUILD}"
+
+
+def _run_setup_cell(python: str) -> str:
+    import subprocess
+
+    source = nbtools.header_cells("notebooks/00_why_cache.ipynb")[1].source
+    done = subprocess.run([python, "-c", source], capture_output=True, text=True, timeout=120, cwd="/")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_setup_cell_is_silent_where_the_library_is_installed():
+    assert _run_setup_cell(sys.executable) == ""
+
+
+def test_setup_cell_says_what_to_do_where_it_is_not(tmp_path):
+    """Outside Colab, a kernel without the library is told the command to run, not left with an ImportError."""
+    import venv
+
+    venv.create(tmp_path / "bare", with_pip=False)
+    out = _run_setup_cell(str(tmp_path / "bare" / "bin" / "python"))
+    assert "not installed in this kernel" in out and "make lab" in out

@@ -55,22 +55,26 @@ def code(source: str, **meta):
 
 
 SETUP = '''\
-# Set-up. On Google Colab: install the course library into this runtime (Colab's own torch is kept).
-# On your own machine `make lab` has installed it already. Silent when all is well.
-import sys
-if "google.colab" in sys.modules:
-    import subprocess
-    _pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "swkv-teach @ git+{url}"],
-                          capture_output=True, text=True)
-    if _pip.returncode != 0:
-        print(_pip.stderr[-1500:])
-        print("Installing the course library failed (above). Check that the runtime is connected, then "
-              "Runtime > Restart session and run this cell again.")
+# Set-up. On Google Colab: install the course library into this runtime. What it needs (torch, ipywidgets,
+# matplotlib, ...) is preinstalled there, so Colab's own stack is kept. Silent when all is well.
+import importlib, importlib.util, sys
+if importlib.util.find_spec("swkv_teach") is None:
+    if "google.colab" in sys.modules:
+        import subprocess
+        _pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "swkv-teach @ git+{url}"],
+                              capture_output=True, text=True)
+        if _pip.returncode != 0:
+            print(_pip.stderr[-1500:])
+            print("Installing the course library failed (above). Check that the runtime is connected, then "
+                  "Runtime > Restart session and run this cell again.")
+        importlib.invalidate_caches()
+    else:
+        print("The course library is not installed in this kernel. In a terminal, in the course folder, run "
+              "`make lab` (or `pip install -e .` with this kernel's Python), then restart the kernel.")
 try:
     import swkv_teach
-except ImportError:
-    print("The course library is not installed in this kernel. In a terminal, in the course folder, run "
-          "`make lab` (or `pip install -e .` in this kernel's Python), then restart the kernel.")'''
+except ImportError as e:
+    print(f"swkv_teach could not be imported ({{e}}). On Colab: Runtime > Restart session, then run this cell again.")'''
 
 
 def header_cells(rel_path: str) -> list:
