@@ -256,3 +256,14 @@ def test_setup_cell_says_what_to_do_where_it_is_not(tmp_path):
     venv.create(tmp_path / "bare", with_pip=False)
     out = _run_setup_cell(str(tmp_path / "bare" / "bin" / "python"))
     assert "not installed in this kernel" in out and "make lab" in out
+
+
+def test_every_exercise_is_linked_from_a_lesson():
+    """A learner meets each exercise from the lesson that prepares it, never stranded in exercises/."""
+    linked = set()
+    for rel in LESSONS:
+        text = "\n".join(c.source for c in _read(rel).cells if c.cell_type == "markdown")
+        linked |= {Path(t).name for t in EXERCISE_LINK.findall(text)}
+    exercises = {Path(rel).name for rel in _notebooks("exercises")}
+    assert exercises, "no exercises found"
+    assert not exercises - linked, f"exercises no lesson links to: {sorted(exercises - linked)}"
