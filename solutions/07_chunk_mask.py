@@ -61,9 +61,12 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 # scores and mask nothing.
 #
 # Worked example, `W = 4`: a ring buffer of 4 slots has seen 10 tokens, so its slots hold positions
-# `[8, 9, 6, 7]`; a chunk of 3 arrives at positions `10, 11, 12` and the keys are the four slots followed by
-# the chunk, `[8, 9, 6, 7, 10, 11, 12]`. Query 10 sees `7, 8, 9, 10`; query 12 sees `9, 10, 11, 12`; no query
-# sees key 6, and query 10 must not see keys 11 and 12, the chunk's own later tokens.
+# `[8, 9, 6, 7]`; a chunk of 3 arrives at positions `10, 11, 12`. Here the keys are all four slots followed by
+# the chunk, `[8, 9, 6, 7, 10, 11, 12]`: one more than the last `W - 1`, and on purpose, since key 6 is too old
+# for every query and your mask must hide it (a cache written by someone else may return such keys). The
+# library's ring returns only the last `W - 1` there, oldest first: keys at `[7, 8, 9, 10, 11, 12]`. Query 10
+# sees `7, 8, 9, 10`; query 12 sees `9, 10, 11, 12`; no query sees key 6, and query 10 must not see keys 11
+# and 12, the chunk's own later tokens.
 #
 # <details><summary>Hint 1</summary>
 #
