@@ -29,8 +29,9 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install "$(TORCH_SPEC)" -e ".[$(EXTRAS)]"
 	touch $@ $(VENV)/.installed-lab
 
+# Rooted at the course folder, so the lessons' links to ../exercises/ open; the browser starts in notebooks/.
 lab: $(VENV)/.installed-lab
-	$(BIN)/jupyter lab $(ROOT_FLAG) notebooks/
+	$(BIN)/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks
 
 test: $(VENV)/.installed-test
 	OMP_NUM_THREADS=$(TEST_THREADS) $(BIN)/python -m pytest $(NBVAL) tests notebooks solutions $(PYTEST_ARGS)

@@ -65,6 +65,16 @@ def test_makefile_targets_and_root_flag():
         assert re.search(rf"^{target}", mk, re.M), target
     assert "--allow-root" in mk, "JupyterLab refuses to start as root without it"
     assert "TORCH_SPEC ?=" in mk
+    lab_recipe = re.search(r"^lab:.*\n\t(.+)$", mk, re.M).group(1)
+    # rooted at the course folder: a server rooted at notebooks/ cannot open the lessons' ../exercises/ links
+    assert "--ServerApp.root_dir=." in lab_recipe and not re.search(r"\snotebooks/?(\s|$)", lab_recipe), lab_recipe
+
+
+def test_make_lab_installs_what_the_readme_grading_command_needs():
+    """README: `pytest --nbval-lax exercises/...` grades one notebook right after `make lab`."""
+    lab = requirement_names(pyproject()["project"]["optional-dependencies"]["lab"])
+    assert {"jupyterlab", "pytest", "nbval", "jupytext"} <= lab
+    assert "--nbval-lax exercises/" in (ROOT / "README.md").read_text()
 
 
 def test_console_script_and_subcommands_resolve():
