@@ -114,6 +114,11 @@ SLIPS = [  # (name, hint, answer(scores, weights, positions, budget, recent))
     ("summed over the batch instead of averaging",
      "average over the batch (dim 0) as over heads: a sum makes a batch of 2 count twice.",
      lambda s, w, p, b, r: keep_after(s + w.float().sum(0).mean(0).sum(0), p, b, recent_mask(p, r))),
+    ("summed over batch and heads instead of averaging",
+     "the scores you are given were averaged over batch and heads; a sum over both makes this step count "
+     "batch * q_heads times more than the past ones. Average instead: weights.mean(dim=(0, 1)), then sum over "
+     "the queries (dim 2).",
+     lambda s, w, p, b, r: keep_after(s + w.float().sum(dim=(0, 1)).sum(0), p, b, recent_mask(p, r))),
     ("only the newest query counted (that is TOVA's rule, not H2O's)",
      "H2O accumulates over EVERY query it is shown: add weights summed over the queries dimension (dim 2), "
      "not just the last row.",

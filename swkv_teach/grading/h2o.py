@@ -188,7 +188,8 @@ def _normalise(case, got, n_keys):
                    hint="positions are the absolute positions from `positions` (not indices or a mask); scores "
                    "are float.")
     if torch.finfo(sc.dtype).bits < 32:  # a tensor, an array or a list of 0-d tensors in half precision
-        raise fail(case, f"returned the scores in {str(sc.dtype)[6:]}; the exercise asks for float32.",
+        raise fail(case, f"returned the scores in {str(sc.dtype)[6:]}; the exercise asks for float32 "
+                   "(float64 is accepted too).",
                    hint="compute and return the scores in float32 (scores.float() + weights.float()...), without "
                    "casting back to the weights' dtype: a half-precision score keeps only 3-4 significant digits, "
                    "and as it grows step after step the small differences that rank the tokens are rounded away.")

@@ -92,6 +92,13 @@ def sums_over_batch(scores, weights, positions, budget, recent):
     return _choose(total, positions, budget, _outside_recent(positions, recent))
 
 
+@wrong("check_h2o_keep", "summed over batch and heads")
+def sums_over_batch_and_heads(scores, weights, positions, budget, recent):
+    """weights.sum(dim=(0, 1)): with batch 2 and 4 heads this step counts 8 times (0.23 becomes 1.84)."""
+    total = scores + weights.float().sum(dim=(0, 1)).sum(dim=0)
+    return _choose(total, positions, budget, _outside_recent(positions, recent))
+
+
 @wrong("check_h2o_keep", "tova")
 def newest_query_only(scores, weights, positions, budget, recent):
     """weights[..., -1, :]: only the last query of a chunk is added (TOVA's rule)."""
