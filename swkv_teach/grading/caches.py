@@ -253,6 +253,19 @@ def check_sliding_window_cache(cls) -> None:
 RING_RUNS = SLIDING_RUNS
 
 
+class _Slot(str):
+    """A label shown bare in a message: ``<empty>`` rather than ``'0'`` for an all-zero slot."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _slots(got: list, zeros: bool) -> list:
+    """Labels for display: an all-zero slot reads ``<empty>`` (``<zeros>`` in a run whose odd tokens are zeros,
+    where it may be a zero token or an unfilled slot)."""
+    return [_Slot("<zeros>" if zeros else "<empty>") if g == "0" else g for g in got]
+
+
 def _ring_hint(got: list, exp: list, seen: int, W: int, zeros: bool) -> tuple[str, bool]:
     if any(isinstance(g, str) and g.startswith("v") for g in got):
         return "the keys you returned hold values: are k and v swapped somewhere?", False
@@ -264,8 +277,8 @@ def _ring_hint(got: list, exp: list, seen: int, W: int, zeros: bool) -> tuple[st
         return ("the slot you just wrote is missing: you sliced with the count from before this update. "
                 "Increment seen first, then return k_buf[:, :, :min(seen, W)]."), False
     if "0" in got and "0" not in exp and len(got) > len(exp):
-        return ("unfilled slots came back (zeros): before the buffer is full, return only the filled slots, "
-                "k_buf[:, :, :seen]; zero keys would still take attention weight."), False
+        return ("unfilled slots came back (<empty>, all zeros): before the buffer is full, return only the filled "
+                "slots, k_buf[:, :, :seen]; zero keys would still take attention weight."), False
     if _lsort(got) == _lsort(exp):
         if got == sorted(exp, key=lambda x: (isinstance(x, str), x if isinstance(x, int) else 0)):
             return ("you returned the tokens in chronological order; a ring buffer returns its slots in slot "
@@ -312,9 +325,12 @@ class RingJudge(Judge):
                 hint, generic = (f"token p landed in slot (p + {d}) % W, not p % W (with W = 4, after tokens 0..8 "
                                  f"the slots held {slots}, expected [8, 5, 6, 7]): is the slot computed after seen "
                                  "was incremented? Write into slot seen % W first, then add 1 to seen."), False
-            zeros = ["(odd tokens are all zeros in this run and read as 0)"] if s.zeros else []
+            zeros = ["(odd tokens are all zeros in this run: a slot of zeros reads <zeros>, whether it holds a zero "
+                     "token or was never written)"] if s.zeros else []
+            if not s.zeros and "0" in got + exp:
+                zeros = ["(<empty>: a slot that holds all zeros, i.e. was never written)"]
             raise fail(s.case, "update() returned, slot by slot, the keys of positions:", *zeros,
-                       expected=exp, got=got, hint=hint, generic=generic)
+                       expected=_slots(exp, s.zeros), got=_slots(got, s.zeros), hint=hint, generic=generic)
         _compare_values(s, labels(s.k, base=s.base), "Value positions, slot by slot:")
         got_pos, exp_pos = read_positions(s.case, s.cache), self.oracle.positions.tolist()
         if got_pos != exp_pos:
@@ -351,8 +367,8 @@ class RingJudge(Judge):
                 hint = ("ordered() returned an unwritten (zero) slot: is token p written into slot p % W, and does "
                         "ordered() read the slots that positions describes?")
             raise fail(s.case, f"ordered() should return the stored {what} chronologically, oldest first "
-                       f"({what} of positions):", expected=labels(et, values=keys_right, base=s.base), got=got_o,
-                       hint=hint)
+                       f"({what} of positions):", hint=hint, got=_slots(got_o, s.zeros),
+                       expected=_slots(labels(et, values=keys_right, base=s.base), s.zeros))
         for name, t, buf in (("keys", ok, s.k), ("values", ov, s.v)):
             if t.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr():
                 raise fail(s.case, f"ordered() returned {name} that share memory with the buffer update() returns: "
