@@ -21,8 +21,8 @@
 #   by token and in prompt chunks;
 # * explain rotary position embeddings (RoPE) in a few lines of code, and why they let a ring buffer
 #   keep keys in any slot;
-# * recognise the `len(cache)`-instead-of-`seen` bug from its symptom (exact until the window fills,
-#   then drifting);
+# * recognise the `len(cache)`-instead-of-`seen` bug from its symptom (exact for the first `W + 1`
+#   tokens, positions `0..W`, then drifting);
 # * say what changing the window at inference costs, and test an explanation instead of asserting it.
 #
 # Lessons 1–3 fed caches with random keys. Here a real model produces them: a small Mistral-style
@@ -297,7 +297,8 @@ plt.close(fig)
 #
 # All of it rests on one number being right: the position `p` of each new token, which must be the
 # count of tokens **seen**. A cache stores at most `W` tokens, so `len(cache)` stops at `W`; use it
-# as the position and every token after the window fills is rotated as if it sat at position `W`.
+# as the position and every token from `W` on is rotated as if it sat at position `W`: right for token
+# `W` itself, by luck, wrong for every later one. So the bug is invisible for `W + 1` tokens.
 #
 # ### The bug, on the trained model
 #
@@ -351,7 +352,7 @@ ax.axvline(W, color="grey", linestyle="--", lw=1)
 ax.text(W - 2, 1e-3, f"window full (W={W})", color="grey", ha="right")
 ax.set_yscale("log")
 ax.set(xlabel="position of the decoded character", ylabel="max |logits − oracle|",
-       title="The len(cache) bug: exact until the window fills, then wrong")
+       title="The len(cache) bug: exact for W + 1 tokens, then wrong")
 ax.legend(loc="center right")
 ax.grid(alpha=0.3)
 fig.tight_layout()
@@ -360,8 +361,8 @@ plt.close(fig)
 
 # %% [markdown]
 # Exact for the first `W + 1` characters, then errors of whole logits: the model now sees every
-# recent key at a distance that is off by up to `W - 1`. Any test shorter than the window passes,
-# which is why every test in this course runs past it (several times) and why the library names
+# recent key at a distance that is off by up to `W - 1`. Any test of at most `W + 1` tokens passes,
+# which is why every test in this course runs well past the window (several times its length) and why the library names
 # `seen` and `len(cache)` apart.
 #
 # **Your turn:** [exercises/06_cached_decode.ipynb](../exercises/06_cached_decode.ipynb) has you write
@@ -429,10 +430,19 @@ else:
 prompt = torch.tensor([tok.encode("def ")], device=dev)
 greedy = model.generate(prompt, max_new_tokens=160, cache="ring")
 sampled = model.generate(prompt, max_new_tokens=160, cache="ring", temperature=0.7, top_k=10, seed=0)
-print("greedy:\n" + tok.decode(greedy[0]).rstrip())
-print("\nsampled (temperature 0.7, top 10, seed 0):\n" + tok.decode(sampled[0]).rstrip())
+for name, out in (("greedy", greedy), ("sampled (temperature 0.7, top 10, seed 0)", sampled)):
+    text = tok.decode(out[0])
+    body = text.rstrip()  # a run of trailing spaces and newlines would print as blank lines
+    print(f"{name}:\n{body}")
+    if len(text) > len(body):
+        tail = text[len(body):]
+        print(f"  ... then {len(tail)} whitespace characters, {tail[:24]!r}{'...' if len(tail) > 24 else ''}\n")
 
 # %% [markdown]
+# If the greedy text is a single line, the rest of the 160 characters is not missing: the model fell
+# into the loop of whitespace described above, and the line under it counts those characters
+# (`rstrip()` keeps them from printing as a page of blank lines).
+#
 # Whatever the text, the cache kind must not change it: ring and naive caches hold the same keys,
 # so greedy decoding picks the same characters.
 
@@ -608,7 +618,8 @@ plt.close(fig)
 #   chunk; `window_mask(q_positions, cache.positions, W)` gives each query its own window.
 # * RoPE rotates queries and keys by their positions; their score depends on the distance only. So
 #   keys are rotated once, cached after rotation, and may sit in any slot, provided positions come
-#   from `seen`. With `len(cache)` the decoder is exact up to `W` tokens and wrong after.
+#   from `seen`. With `len(cache)` the decoder is exact for the first `W + 1` tokens (positions
+#   `0..W`) and wrong after.
 # * The window is part of the model. Shrinking it at inference saves memory and costs accuracy;
 #   growing it past the trained window shows the model distances it never saw, and costs more.
 # * An explanation that fits a table is a hypothesis until an experiment that could refute it
