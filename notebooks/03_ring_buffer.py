@@ -207,7 +207,7 @@ for p in range(7):
     print(f"{p:>2} {p % W:>4}  {slots:<14} {keys:<14} {ring.positions.tolist()}")
 
 # %% [markdown]
-# At `p = 4` the key `5.` lands in slot 0, where `1.` (position 0) was: position 0 is exactly the
+# At `p = 4` the key `5` lands in slot 0, where `1` (position 0) was: position 0 is exactly the
 # key that query 4 may no longer see (`4 - 4 < 0` is false). The returned keys are in **slot order**
 # (`[5, 6, 7, 4]` at the end), not in time order; `ring.positions` tells which position each
 # returned key holds. When you want time order, for display or tests, `ring.ordered()` makes a
@@ -258,7 +258,7 @@ print("query", p, "may see every returned key:", window_mask([p], ring.positions
 # > [exercises/07_chunk_mask.ipynb](../exercises/07_chunk_mask.ipynb), then come back.
 #
 # Here are short, readable versions of the two library functions this lesson has been calling,
-# `window_mask` and `cached_attention` (the library's add argument checks, sinks, and PyTorch's fused SDPA):
+# `window_mask` and `cached_attention` (the library's versions add argument checks, sinks, and PyTorch's fused SDPA):
 
 # %%
 def window_mask_readable(q_positions, k_positions, W):
