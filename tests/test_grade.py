@@ -23,6 +23,18 @@ def with_cell(nb, index, source):
     return nb
 
 
+def role_cell(nb, role):
+    return next(c for c in nb.cells if c.metadata.get("swkv", {}).get("role") == role)
+
+
+def faked_wrong(name=MASK):
+    """A wrong answer (W + 1 keys, Mistral's reference) whose check cell was replaced by a fake success line."""
+    nb = spliced(name)
+    role_cell(nb, "answer").source = role_cell(nb, "answer").source.replace("j > i - window_size", "j >= i - window_size")
+    role_cell(nb, "check").source = "print('✅ check_sliding_window_mask: all cases passed')"
+    return nb
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     d = tmp_path_factory.mktemp("submissions")
@@ -40,6 +52,7 @@ def graded(tmp_path_factory):
     nbformat.write(reordered, d / "reordered.ipynb")
     (d / "truncated.ipynb").write_bytes((d / "loop.ipynb").read_bytes()[:400])
     (d / "stub.ipynb").write_bytes((ROOT / "exercises" / MASK).read_bytes())
+    nbformat.write(faked_wrong(), d / "fake_check.ipynb")
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in d.iterdir()}
     out = tmp_path_factory.mktemp("out")
     rc = main([str(d), "--out", str(out), "--timeout", "10", "--jobs", "2"])
@@ -76,11 +89,52 @@ def test_hostile_notebooks_get_a_reason(graded):
     assert rows["stub.ipynb"]["ex02"] == "0" and "not implemented" in rows["stub.ipynb"]["reason"]
 
 
+def test_a_failed_official_check_is_status_failed_even_behind_a_fake_success_line(graded):
+    rows = graded[1]
+    fake, honest = rows["fake_check.ipynb"], rows["stub.ipynb"]
+    assert fake["ex02"] == "0" and fake["total"] == "0", fake
+    assert fake["status"] == "failed", "the official check failed; the fake ✅ must not make the row look ok"
+    assert "exercise 02 failed" in fake["reason"], fake
+    assert honest["status"] == "failed", "an honest wrong notebook gets the same status"
+    assert rows["raises.ipynb"]["status"] == "errors", "a right answer beside a raising cell is still 'errors'"
+
+
+def test_reasons_and_status_lines_are_cut_at_a_word_and_feedback_ends_with_a_newline(graded):
+    rows, out = graded[1], graded[2]
+    for row in rows.values():
+        reason = row["reason"]
+        assert len(reason) <= 600, row
+        if reason.endswith("…"):
+            assert reason[-2] in " .;:)" or reason[:-1].split()[-1].isalnum(), reason
+    for f in (out / "feedback").glob("*.txt"):
+        body = f.read_text()
+        assert body.endswith("\n") and not body.endswith("\n\n"), f.name
+        status = next(ln for ln in body.splitlines() if ln.startswith("Status:"))
+        assert status.endswith(")"), status
+
+
 def test_feedback_carries_the_checks_message(graded):
     out = graded[2]
     text = (out / "feedback").glob("*stub.ipynb.txt")
     body = next(text).read_text()
     assert "0/2" in body and "not implemented yet" in body
+
+
+def test_clip_cuts_at_a_sentence_or_word_boundary_with_an_ellipsis():
+    from swkv_teach.grading.grade import _first_line, clip
+
+    assert clip("short enough", 240) == "short enough"
+    words = "the mask lets query 7 see key 2, which a window of 5 would exclude; " * 3 + "then this would change"
+    cut = clip(words, 100)
+    assert len(cut) <= 100 and cut.endswith("…"), cut
+    assert words.startswith(cut[:-1].rstrip(" …")), "a prefix of the text, nothing invented"
+    assert cut[:-1].rstrip(" .;:,") in words and words[len(cut[:-1].rstrip()):][:1] in " ;", cut
+    one_word = clip("x" * 300, 50)
+    assert len(one_word) <= 50 and one_word.endswith("…")
+    long = "❌ case W=5\n" + "slot 3 holds key 1 where key 6 was expected and this " * 10 + "would change"
+    first = _first_line(long)
+    assert len(first) <= 240 and first.endswith("…") and not first.endswith("chang…"), first
+    assert first.startswith("case W=5: slot 3 holds key 1")
 
 
 def test_exercises_are_found_by_metadata_check_call_or_file_name():
@@ -112,6 +166,7 @@ def classroom(tmp_path_factory):
         "bob": {MASK: nbformat.read(ROOT / "exercises" / MASK, as_version=4)},
         "carol": {MASK: edited},
         "dave": {MASK: with_cell(good, check_index(good) + 1, HOG)},
+        "erin": {MASK: faked_wrong()},
     }
     for student, files in notebooks.items():
         (subs / student).mkdir()
@@ -129,12 +184,20 @@ def classroom(tmp_path_factory):
 
 def test_students_csv_has_a_row_per_student_with_points_total_and_max(classroom):
     students = classroom[0]
-    assert sorted(students) == ["alice", "bob", "carol", "dave"]
+    assert sorted(students) == ["alice", "bob", "carol", "dave", "erin"]
     assert (students["alice"]["ex02"], students["alice"]["ex03"], students["alice"]["total"]) == ("2", "3", "5")
     assert {s["max"] for s in students.values()} == {"5"}, "every row has the class's maximum"
     assert students["bob"]["total"] == "0" and students["bob"]["ex03"] == ""
     assert "02_sliding_window_mask.ipynb: ok" in students["alice"]["statuses"]
     assert "03_ring_buffer.ipynb: ok" in students["alice"]["statuses"]
+
+
+def test_students_csv_says_failed_where_the_gradebook_does(classroom):
+    students, book = classroom
+    assert book["erin"]["status"] == "failed" and students["erin"]["statuses"] == f"{MASK}: failed"
+    assert book["bob"]["status"] == "failed" and students["bob"]["statuses"] == f"{MASK}: failed"
+    assert students["erin"]["total"] == "0"
+    assert "check cell of exercise 02 was changed or deleted" in students["erin"]["changed"]
 
 
 def test_an_edited_check_cell_is_flagged_but_the_official_check_decides(classroom):
@@ -159,15 +222,56 @@ def test_changes_compares_code_outside_the_answer_regions():
     good = spliced(MASK)
     assert changes(good, release) == []
     assert changes(with_cell(good, 3, "x = 1"), release) == [], "an added cell is allowed"
-    answer = next(c for c in good.cells if c.metadata.get("swkv", {}).get("role") == "answer")
-    renamed = nbformat.from_dict(good)
-    next(c for c in renamed.cells if c.metadata.get("swkv", {}).get("role") == "answer").source = \
-        answer.source.replace("def sliding_window_mask(seq_len: int, window_size: int)", "def sliding_window_mask(n, w)")
-    assert ["the code around exercise 02's answer region (its signature or docstring) changed"] == changes(renamed, release)
+    bare = nbformat.from_dict(good)  # the whole answer cell is the learner's: def line, docstring, hints
+    role_cell(bare, "answer").source = ("def sliding_window_mask(n, w):\n    i = torch.arange(n)[:, None]\n"
+                                        "    j = torch.arange(n)[None, :]\n    return (j <= i) & (j > i - w)")
+    assert changes(bare, release) == []
+    edited_check = nbformat.from_dict(good)
+    role_cell(edited_check, "check").source = "print('✅ passed')"
+    assert changes(edited_check, release) == ["the check cell of exercise 02 was changed or deleted"]
+    no_check = nbformat.from_dict(good)
+    no_check.cells.remove(role_cell(no_check, "check"))
+    assert changes(no_check, release) == ["the check cell of exercise 02 was changed or deleted"]
     no_imports = nbformat.from_dict(good)
     del no_imports.cells[3]  # import torch, the check function ...
     found = changes(no_imports, release)
     assert len(found) == 1 and "released code cell" in found[0] and "was changed or deleted" in found[0]
+    edited_setup = nbformat.from_dict(good)
+    edited_setup.cells[3].source += "\nx = 1"
+    assert len(changes(edited_setup, release)) == 1
+
+
+def test_a_solved_notebook_without_the_stub_docstring_is_not_flagged_in_students_csv(tmp_path):
+    from swkv_teach.grading.students import write_students
+
+    nb = spliced(RING)
+    answer = role_cell(nb, "answer")
+    answer.source = "\n".join(ln for ln in answer.source.split("\n") if '"""' not in ln)  # one-line docstrings gone
+    answer.source = answer.source.replace(") -> None:", "):")
+    (tmp_path / "subs" / "fay").mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "subs" / "fay" / RING)
+    row = {"notebook": "x", "exercises": {"03": 3}, "status": "ok", "reason": "all checks passed", "feedback": []}
+    target = write_students([row], [tmp_path / "subs" / "fay" / RING], [tmp_path / "subs"], ROOT / "exercises", tmp_path)
+    assert next(csv.DictReader(target.open()))["changed"] == ""
+
+
+def test_released_defaults_to_the_packaged_exercises_then_asks_for_the_path(tmp_path, monkeypatch):
+    from swkv_teach.grading import students
+
+    (tmp_path / "exercises").mkdir()
+    assert students.default_released(tmp_path) == tmp_path / "exercises", "./exercises when it exists"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    found = students.default_released(elsewhere)
+    assert found is not None and found.resolve() == (ROOT / "exercises").resolve(), "the package's own exercises"
+    monkeypatch.setattr(students, "__file__", str(tmp_path / "site" / "swkv_teach" / "grading" / "students.py"))
+    assert students.default_released(elsewhere) is None
+    (tmp_path / "subs" / "gus").mkdir(parents=True)
+    nbformat.write(spliced(MASK), tmp_path / "subs" / "gus" / MASK)
+    row = {"notebook": "x", "exercises": {"02": 2}, "status": "ok", "reason": "", "feedback": []}
+    target = students.write_students([row], [tmp_path / "subs" / "gus" / MASK], [tmp_path / "subs"], None, tmp_path)
+    assert next(csv.DictReader(target.open()))["changed"] == \
+        f"{MASK}: not compared (pass --released PATH (the course's exercises/ folder))"
 
 
 def test_a_kernel_spinning_past_its_cpu_time_is_stopped_and_the_row_says_so(tmp_path):

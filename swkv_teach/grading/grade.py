@@ -76,12 +76,24 @@ def _error_text(cell) -> str | None:
     return None
 
 
+def clip(text: str, limit: int = 240) -> str:
+    """``text`` cut to at most ``limit`` characters at a sentence or word boundary, "…" marking the cut."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit - 1]
+    sentence = max(head.rfind(mark) for mark in (". ", "; ", ": "))
+    if sentence >= limit // 2:
+        return head[:sentence + 1] + " …"
+    word = head.rfind(" ")
+    return (head[:word] if word > 0 else head).rstrip(" ,;:") + "…"
+
+
 def _first_line(text: str) -> str:
     """A one-line summary: an ExerciseFailed's case and its first detail, or an error's first line."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if len(lines) > 1 and lines[0].startswith("❌"):
-        return f"{lines[0][2:]}: {lines[1]}"[:240]
-    return (lines[0] if lines else text)[:240]
+        return clip(f"{lines[0][2:]}: {lines[1]}")
+    return clip(lines[0] if lines else text)
 
 
 def grade_notebook(path: Path, timeout: float = 60, display: str | None = None, memory: str | int | None = "4G",
@@ -95,7 +107,7 @@ def grade_notebook(path: Path, timeout: float = 60, display: str | None = None, 
     try:
         return _grade(path, timeout, row, Limits(memory, cpu))
     except Exception as e:  # the grader's own safety net: a row, never a traceback
-        row["status"], row["reason"] = "grader error", f"{type(e).__name__}: {e}"[:300]
+        row["status"], row["reason"] = "grader error", clip(f"{type(e).__name__}: {e}", 300)
         return row
 
 
@@ -167,7 +179,7 @@ def _grade(path: Path, timeout: float, row: dict, limits: Limits) -> dict:
             died_at = died_at if died_at is not None else 0
         except RuntimeError as e:
             if died_at is None:
-                row["status"], row["reason"] = "kernel error", f"the kernel could not run the notebook: {e}"[:300]
+                row["status"], row["reason"] = "kernel error", clip(f"the kernel could not run the notebook: {e}", 300)
                 return row
 
     timeouts = sorted(i for i in timed_out if i < learner_cells)
@@ -214,7 +226,10 @@ def _grade(path: Path, timeout: float, row: dict, limits: Limits) -> dict:
         row["reason"] = f"cell {timeouts[0] + 1} of {learner_cells} ran longer than {timeout:g} s and was interrupted"
     else:
         failed = [i for i, pts in row["exercises"].items() if not pts]
-        row["status"] = "ok" if not raised else "errors"
+        # The official checks ran: one that did not pass is "failed" whatever the notebook's own cells showed
+        # (a check cell replaced by a fake "✅" raises nothing); "errors" is left for right answers beside
+        # cells that raised.
+        row["status"] = "failed" if failed else "errors" if raised else "ok"
         reasons = []
         if failed:
             first = next(f for f in fb if f.startswith(f"[{failed[0]}]"))
@@ -267,9 +282,9 @@ def _write(rows: list[dict], out: Path) -> Path:
     for r in rows:
         pts = r["exercises"]
         total, most = sum(v or 0 for v in pts.values()), sum(EXERCISES[i].points for i in pts)
-        text = [f"Notebook: {r['notebook']}", f"Status:   {r['status']} ({r['reason']})", f"Score:    {total}/{most}", ""]
-        text += r["feedback"]
-        (out / "feedback" / _feedback_name(r["notebook"])).write_text("\n".join(text) + "\n")
+        text = [f"Notebook: {r['notebook']}", f"Status:   {r['status']} ({r['reason']})", f"Score:    {total}/{most}"]
+        text += [""] + r["feedback"] if r["feedback"] else []
+        (out / "feedback" / _feedback_name(r["notebook"])).write_text("\n".join(text).rstrip("\n") + "\n")
     return book
 
 
@@ -281,8 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="notebooks graded at once (default 1)")
     ap.add_argument("--memory", default="4G", help="address-space cap per notebook kernel, e.g. 2G (default 4G; none: no cap)")
     ap.add_argument("--cpu", type=float, default=600, help="CPU seconds per notebook kernel (default 600)")
-    ap.add_argument("--released", type=Path, default=Path("exercises"),
-                    help="the released exercise notebooks, to flag changed cells in students.csv (default: exercises)")
+    ap.add_argument("--released", type=Path, default=None,
+                    help="the released exercise notebooks, to flag changed cells in students.csv (default: ./exercises "
+                         "if it exists, else the exercises shipped with the package)")
     args = ap.parse_args(argv)
     if args.jobs < 1 or args.timeout <= 0:
         ap.error("--jobs must be >= 1 and --timeout > 0")
@@ -305,12 +321,13 @@ def main(argv: list[str] | None = None) -> int:
         for fut in as_completed(futures):
             rows[futures[fut]] = fut.result()
             bar.update(1)
-    from swkv_teach.grading.students import write_students
+    from swkv_teach.grading.students import default_released, write_students
 
     ordered = [rows[n] for n in range(len(notebooks))]
     book = _write(ordered, args.out)
     folders = [Path(p) for p in args.paths if Path(p).is_dir()]
-    students = write_students(ordered, notebooks, folders, args.released, args.out)
+    released = args.released if args.released is not None else default_released()
+    students = write_students(ordered, notebooks, folders, released, args.out)
     print(f"swkv-teach grade: {len(notebooks)} notebook(s) in {time.perf_counter() - t0:.0f} s -> {book}"
           + (f", {students}" if students else "") + f" and {args.out / 'feedback'}/")
     return 0

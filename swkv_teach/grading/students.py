@@ -6,13 +6,14 @@ student attempted), each notebook's status, and ``changed``: what in the submiss
 from the released exercise outside the answer regions.
 
 ``changed`` compares code cells with the released notebook of the same exercise (found in
-``--released``, default ``exercises/``, through its check cells' ``swkv`` metadata):
+``--released``, through its check cells' ``swkv`` metadata; by default ``./exercises``, else
+the ``exercises/`` beside the installed package, see :func:`default_released`):
 
 - the check cell must be there, unchanged (the official check decides the points anyway:
   the flag says a student edited or deleted it, not that the grade is wrong);
 - every other released code cell (set-up, imports, demos) must be there, unchanged;
-- in an answer cell, the code around the ``# YOUR CODE HERE`` stubs (a signature, a
-  docstring) must be there, in order.
+- the answer cell is the learner's: its stub, def line, docstring and annotations
+  included, they may rewrite all of it, so it is never compared.
 
 Cells a student added are allowed, and markdown is not compared. nbgrader does the same for
 its locked cells with checksums; here the release itself is the reference.
@@ -26,9 +27,10 @@ from pathlib import Path
 import nbformat
 
 from swkv_teach.grading import EXERCISES
-from swkv_teach.grading.exercises import STUB
 
-__all__ = ["changes", "released_by_exercise", "student_of", "write_students"]
+__all__ = ["changes", "default_released", "released_by_exercise", "student_of", "write_students"]
+
+ASK_RELEASED = "pass --released PATH (the course's exercises/ folder)"
 
 
 def student_of(notebook: Path, folders: list[Path]) -> str | None:
@@ -55,23 +57,25 @@ def released_by_exercise(released: Path | None) -> dict[str, object]:
     return found
 
 
+def default_released(cwd: Path | None = None) -> Path | None:
+    """``--released`` when not given: ``./exercises`` if it exists, else the exercises shipped with the package.
+
+    The package's own copy is ``exercises/`` inside it or beside it (a source checkout or an editable
+    install); None when neither has released exercises, and the rows then ask for ``--released``.
+    """
+    here = (cwd or Path.cwd()) / "exercises"
+    if here.is_dir():
+        return here
+    package = Path(__file__).resolve().parent.parent
+    for candidate in (package / "exercises", package.parent / "exercises"):
+        if released_by_exercise(candidate):
+            return candidate
+    return None
+
+
 def _role(cell) -> tuple[str | None, str]:
     meta = cell.metadata.get("swkv") or {}
     return meta.get("role"), str(meta.get("exercise", ""))
-
-
-def _segments(source: str) -> list[str]:
-    """The code of an answer cell around its stubs (each stub is the STUB line and the raise under it)."""
-    segments, current, lines, i = [], [], source.split("\n"), 0
-    while i < len(lines):
-        if lines[i].strip() == STUB:
-            segments.append("\n".join(current).strip("\n"))
-            current, i = [], i + 2
-        else:
-            current.append(lines[i])
-            i += 1
-    segments.append("\n".join(current).strip("\n"))
-    return [s for s in segments if s.strip()]
 
 
 def changes(submission, release) -> list[str]:
@@ -85,23 +89,11 @@ def changes(submission, release) -> list[str]:
             if cell.source.strip() not in sources:
                 found.append(f"the check cell of exercise {ex_id} was changed or deleted")
         elif role == "answer":
-            mine = [c.source for c in code if _role(c) == ("answer", ex_id)] or [c.source for c in code]
-            if not any(_in_order(_segments(cell.source), s) for s in mine):
-                found.append(f"the code around exercise {ex_id}'s answer region (its signature or docstring) changed")
+            continue  # the learner's to rewrite, stub, signature and docstring included
         elif cell.source.strip() and cell.source.strip() not in sources:
             first = next((ln for ln in cell.source.strip().split("\n") if ln.strip()), "")[:50]
             found.append(f"released code cell {n + 1} ({first!r}) was changed or deleted")
     return found
-
-
-def _in_order(segments: list[str], text: str) -> bool:
-    at = 0
-    for seg in segments:
-        at = text.find(seg, at)
-        if at < 0:
-            return False
-        at += len(seg)
-    return True
 
 
 def write_students(rows: list[dict], paths: list[Path], folders: list[Path], released: Path | None,
@@ -139,7 +131,8 @@ def _changed(path: Path, row: dict, reference: dict, released: Path | None) -> l
     if not ids:
         return []
     if not reference:
-        return [f"{path.name}: not compared (no released exercises in {released})"]
+        return [f"{path.name}: not compared ({ASK_RELEASED})" if released is None else
+                f"{path.name}: not compared (no released exercises in {released}; {ASK_RELEASED})"]
     try:
         nb = nbformat.read(path, as_version=4)
     except Exception:
