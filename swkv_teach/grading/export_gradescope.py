@@ -166,7 +166,7 @@ def autograde(root: Path, exercises: list[str], timeout: float = 60, memory: str
         for ex_id, pts in row["exercises"].items():
             if ex_id in exercises and (ex_id not in best or (pts or 0) > best[ex_id][0]):
                 fb = _feedback_for(row, ex_id)
-                if not pts and row["status"] not in ("ok", "errors"):
+                if not pts and row["status"] not in ("ok", "errors", "failed"):
                     fb += f"\n    ({row['status']}: {row['reason']})"
                 best[ex_id] = (pts or 0, fb, shown)
     tests = []
