@@ -20,7 +20,10 @@ The decoder knows a cache only through the :class:`~swkv_teach.caches.KVCache`
 interface: ``update`` (keys *after* RoPE in, keys to attend over out),
 ``positions`` (their absolute positions, for the mask) and ``seen`` (where
 the next token's rotary position starts). Never ``len(cache)``: a full
-window holds ``W`` tokens however many came before.
+window holds ``W`` tokens however many came before. Two optional class
+attributes, with safe defaults on the interface, let it do less or more:
+``one_token_in_window`` (no mask for one query) and ``wants_attention`` (then
+it passes the attention weights to ``observe``).
 
 What a decode step does once, not once per layer: the new tokens' positions
 and their RoPE angles (:meth:`Decoder.step`). What it skips: the mask, when

@@ -61,8 +61,16 @@ def build(src, run: bool = True) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    unknown = [a for a in argv if a.startswith("-") and a != "--check"]
+    if unknown:
+        # an unknown flag must not fall through to "rebuild everything"
+        print(f"build: unknown option {unknown[0]!r}; the only option is --check (see --help)", file=sys.stderr)
+        return 2
     check = "--check" in argv
-    filters = [a for a in argv if not a.startswith("--")]
+    filters = [a for a in argv if not a.startswith("-")]
     todo = nbtools.sources(filters)
     if not todo:
         print(f"build: no notebook source matches {filters}", file=sys.stderr)

@@ -183,7 +183,7 @@ class ScoredKVCache(KVCache):
         drop = eviction_order(scores, positions, self._protected(positions, self._seen))[: len(positions) - self.budget]
         keep = torch.ones(len(positions), dtype=torch.bool, device=positions.device)
         keep[drop] = False
-        keep = torch.nonzero(keep).flatten()  # chronological: the returned keys were
+        keep = torch.nonzero(keep).flatten()  # in the order returned (slot order, then the chunk), which pos_buf follows too
         B = self.budget
         self.k_buf[:, :, :B] = k.index_select(2, keep)
         self.v_buf[:, :, :B] = v.index_select(2, keep)

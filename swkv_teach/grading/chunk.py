@@ -326,6 +326,10 @@ def _check_case(fn, name: str, case: Case, qd, kd, dev) -> None:
     if not isinstance(got, torch.Tensor):
         raise fail(head, case.label, f"returned {type(got).__name__}; expected a torch.Tensor of shape ({nq}, {nk}).",
                    hint="build the mask with torch operations on the two position tensors and return it.")
+    if got.layout != torch.strided or got.is_nested or got.is_meta:
+        raise fail(head, case.label, f"returned a {'nested' if got.is_nested else 'meta' if got.is_meta else str(got.layout)}"
+                   " tensor; expected an ordinary dense (strided) bool tensor.",
+                   hint="build the mask with plain comparisons of the position tensors (no .to_sparse(), no meta).")
     if tuple(got.shape) != (nq, nk):
         transposed = tuple(got.shape) == (nk, nq)
         raise fail(head, case.label, f"returned shape {tuple(got.shape)}; expected ({nq}, {nk}): one row per query, "

@@ -172,10 +172,13 @@ def check_cached_decode(fn) -> None:
                 _check_output(case, got, exp)
                 if not close(got, exp):
                     err = (got.float() - exp.float()).abs().amax(dim=(0, 2))  # (c,)
-                    over = torch.nonzero(err > ATOL + RTOL * exp.float().abs().amax()).flatten()
+                    # the same per-element rule as close(): |got - exp| <= ATOL + RTOL * |exp|
+                    off = ~torch.isclose(got.float(), exp.float(), atol=ATOL, rtol=RTOL)  # (B, c, vocab)
+                    over = torch.nonzero(off.any(dim=2).any(dim=0)).flatten()
                     bad = int(over[0]) if len(over) else 0
                     raise fail(case, f"your logits differ from model.forward's at position {start + bad} "
-                               f"(max abs difference {float(err[bad]):.3g}, tolerance {ATOL:g} + {RTOL:g} x max|logit|)"
+                               f"(max abs difference {float(err[bad]):.3g}; each logit must be within "
+                               f"{ATOL:g} + {RTOL:g} x |expected|)"
                                + ("; positions before it matched." if bad else "."),
                                hint=first_difference(spy, hidden), generic=True)
                 _through_caches(case, spy, c)  # right logits, but were they computed through the caches?

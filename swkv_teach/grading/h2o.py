@@ -178,10 +178,13 @@ def _normalise(case, got, n_keys):
                    hint="return two things: the kept positions and their accumulated scores.")
     pos, sc = got
     try:
-        pos = torch.as_tensor(pos).flatten()
-        sc = torch.as_tensor(sc).flatten()
+        pos = torch.as_tensor(pos)
+        sc = torch.as_tensor(sc)
+        if any(t.layout != torch.strided or t.is_nested or t.is_meta for t in (pos, sc)):
+            raise ValueError("not a dense tensor")
+        pos, sc = pos.flatten(), sc.flatten()
     except Exception:
-        raise fail(case, f"returned {show(got)}; expected tensors or lists.") from None
+        raise fail(case, f"returned {show(got)}; expected ordinary tensors or lists.") from None
     if pos.is_floating_point() or pos.dtype == torch.bool or not sc.is_floating_point():
         raise fail(case, f"returned positions of dtype {pos.dtype} and scores of dtype {sc.dtype}; expected integer "
                    "positions and floating-point scores.",

@@ -83,7 +83,12 @@ def drive_explorer(page, url: str, frontend: dict, name: str) -> None:
     page.wait_for_function(frontend["idle"], timeout=60_000)
     page.evaluate(frontend["run_all"])
     page.wait_for_function(frontend["all_ran"], timeout=90_000, polling=500)
-    page.wait_for_selector(IMG, timeout=30_000)
+    try:
+        # generous: on a loaded 2-core machine the widget manager's first render has taken over 30 s
+        page.wait_for_selector(IMG, timeout=90_000)
+    except Exception:
+        page.screenshot(path=str(ARTIFACTS / f"{name}_no_picture.png"), full_page=True)
+        raise
     before = settled_src(page, frontend["idle"])
     assert before, "the explorer's picture never loaded"
     page.query_selector(IMG).scroll_into_view_if_needed()
