@@ -86,12 +86,13 @@ def cached_attention(
 def attention_with_cache(query: torch.Tensor, cache) -> torch.Tensor:
     """The second seed's ``attention_with_cache`` demo, corrected: one query over an LRU cache.
 
-    The seed's version had four bugs: it called ``np.softmax`` (NumPy has
+    The seed's version had five bugs: it called ``np.softmax`` (NumPy has
     none), so it could not run; it transposed keys with a permutation of all
-    axes instead of swapping the last two; it looked up ids
+    axes instead of swapping the last two; its comment says ``Q @ K^T / sqrt(dk)``
+    but the code never divides by ``sqrt(dk)``; it looked up ids
     ``range(max_window)``, i.e. the *oldest* ids, which eviction has removed;
     and its ``get`` calls promoted every key they read, so reading reordered
-    what gets evicted. Here the keys are read with ``peek`` (no promotion), in
+    what gets evicted (lesson 5 shows each). Here the keys are read with ``peek`` (no promotion), in
     the cache's own order.
 
     Args:
