@@ -14,10 +14,11 @@ import functools
 
 from swkv_teach.grading._report import fail, learner_name
 
-__all__ = ["refuse_library", "library_inside"]
+__all__ = ["is_own", "library_inside", "refuse_library"]
 
 
-def _is(answer, own) -> bool:
+def is_own(answer, own) -> bool:
+    """``answer`` is ``own`` itself, a subclass of it, or a ``functools.partial`` / ``functools.wraps`` of it."""
     for _ in range(8):
         if answer is own:
             return True
@@ -34,7 +35,7 @@ def _is(answer, own) -> bool:
 
 def refuse_library(check: str, answer, own, write: str) -> None:
     """Raise if ``answer`` is the library's ``own`` (itself, a subclass, a partial or wraps of it)."""
-    if not _is(answer, own):
+    if not is_own(answer, own):
         return
     kind = "class" if isinstance(own, type) else "function"
     raise fail(f"{check}({learner_name(answer)})",

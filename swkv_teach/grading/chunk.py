@@ -28,13 +28,13 @@ own ``window_mask`` handed in as the answer is refused: the check compares with 
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 
 from swkv_teach.caches import RingBufferKVCache, SlidingWindowKVCache
 from swkv_teach.device import device as pick_device
+from swkv_teach.grading._own import is_own
 from swkv_teach.grading._report import call, fail, learner_name, passed
 from swkv_teach.masks import allowed, window_mask
 
@@ -365,13 +365,7 @@ def _check_case(fn, name: str, case: Case, qd, kd, dev) -> None:
 
 def _is_the_library(fn) -> bool:
     """The library's window_mask itself (or a functools.partial / functools.wraps of it)."""
-    for _ in range(8):
-        if fn is window_mask:
-            return True
-        fn = fn.func if isinstance(fn, functools.partial) else getattr(fn, "__wrapped__", None)
-        if fn is None:
-            return False
-    return False
+    return is_own(fn, window_mask)
 
 
 def check_chunk_mask(fn) -> None:

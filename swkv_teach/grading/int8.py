@@ -24,13 +24,13 @@ all-zero tensor. The library's own ``quantize_int8`` / ``dequantize_int8`` are r
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
 
 from swkv_teach.caches.int8 import QMAX, dequantize_int8, quantize_int8
 from swkv_teach.device import device as pick_device
+from swkv_teach.grading._own import is_own
 from swkv_teach.grading._report import call, fail, passed, show, learner_name as _name
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -241,17 +241,6 @@ def _check_dequantize(dequantize, x, exp_q, exp_scale, title: str, dn: str):
         raise fail(title, f"{dn} does not return q * scale.", expected=exp, got=got, hint=hint)
 
 
-def _is(fn, lib) -> bool:
-    """``fn`` is ``lib`` itself, or a functools.partial / functools.wraps of it."""
-    for _ in range(8):
-        if fn is lib:
-            return True
-        fn = fn.func if isinstance(fn, functools.partial) else getattr(fn, "__wrapped__", None)
-        if fn is None:
-            return False
-    return False
-
-
 def check_int8_quantize(quantize, dequantize=None) -> None:
     """Exercise 09: ``quantize(x) -> (q int8, scale float32 (..., 1))`` and ``dequantize(q, scale, dtype)``.
 
@@ -265,7 +254,7 @@ def check_int8_quantize(quantize, dequantize=None) -> None:
                    hint="call check_int8_quantize(quantize, dequantize) with the functions themselves.")
     qn, dn = _name(quantize), _name(dequantize)
     for fn, lib in ((quantize, quantize_int8), (dequantize, dequantize_int8)):
-        if _is(fn, lib):
+        if is_own(fn, lib):
             raise fail(f"check_int8_quantize({qn}, {dn})", f"{_name(fn)} is the library's own {lib.__name__} "
                        "(swkv_teach.caches.int8), the very function the check compares with: it passes by "
                        "definition and shows nothing.", hint="write quantize and dequantize yourself and check those. If you did write them, "
