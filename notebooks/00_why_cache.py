@@ -268,7 +268,7 @@ plt.close(fig)
 # The ten global layers hold 10 of Gemma 3's 10.4 GiB: once most layers are local, the **global** layers set
 # the memory, and the window's size hardly matters. That is why Gemma 3 raised the ratio of local layers
 # rather than only shrinking `W`. The local layers are where this course's cache lives: each of them needs
-# exactly the bounded, sliding-window cache built in lessons 1 and 3. Lesson 8 puts such stacks into a
+# exactly the bounded, sliding-window cache built in lessons 1 and 3. Lesson 7 puts such stacks into a
 # server's memory budget, with paged blocks and 8-bit keys.
 #
 # ## 4. What sliding-window attention lets us forget

@@ -444,6 +444,6 @@ plt.close(fig)
 # * Eviction by attention rather than by age: H2O (Zhang et al. 2023, arXiv:2306.14048) keeps the
 #   keys with the largest accumulated attention. Sketch what the cache needs from the decoder to do
 #   that, and why fused attention kernels make it awkward; then compare with
-#   [lesson 9](09_which_tokens_to_keep.ipynb), which builds it.
+#   [lesson 8](08_which_tokens_to_keep.ipynb), which builds it.
 #
 # Next: [lesson 6](06_measuring.ipynb) measures time and memory.

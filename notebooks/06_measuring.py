@@ -113,7 +113,7 @@ print(f"naive / ring at W=1024 (best repeats): {mine[(1024, 'naive')][0] / mine[
 # * our `ring`, `sinks` and `naive` caches;
 # * Hugging Face's `DynamicSlidingWindowLayer` and `StaticSlidingWindowLayer` (when installed);
 # * one SDPA read (one query over `W` keys), for scale;
-# * lesson 8's paged and int8 caches (left out of the table below; `swkv-teach bench` shows them);
+# * lesson 7's paged and int8 caches (left out of the table below; `swkv-teach bench` shows them);
 # * the decode speed of a tiny Mistral: our `Decoder` with ring and naive caches, and Hugging Face's
 #   `MistralForCausalLM`, same weights (section 3).
 #
@@ -129,7 +129,7 @@ best = {key: r["us"]["min"] for key, r in rows.items()}  # µs per update, least
 # %%
 # NBVAL_IGNORE_OUTPUT
 print(f"{'W':>5}  {'cache':<32}{'best µs':>9}{'median µs':>11}{'×ring':>8}{'held':>11}{'alloc/step':>12}")
-shown = ("floor", "ring", "sinks", "naive", "hf_dynamic_sliding", "hf_static_sliding")  # lesson 8 covers the rest
+shown = ("floor", "ring", "sinks", "naive", "hf_dynamic_sliding", "hf_static_sliding")  # lesson 7 covers the rest
 for r in (r for r in result["updates"] if r["cache"] in shown):
     W, name = r["window"], r["cache"]
     print(f"{W:>5}  {r['label']:<32}{best[(W, name)]:>9.2f}{r['us']['median']:>11.2f}"
@@ -404,5 +404,5 @@ else:
 # * Batch it: with 32 sequences the naive cache copies 32 windows per step. Predict the per-token
 #   gap at batch 32 from the update table, then measure it.
 #
-# Next: [lesson 7](07_interview_drill.ipynb), the interview drill; [lesson 8](08_serving_memory.ipynb)
-# takes memory to serving scale (paged blocks, 8-bit keys).
+# Next: [lesson 7](07_serving_memory.ipynb) takes memory to serving scale (paged blocks, 8-bit keys);
+# the interview drill, [lesson 11](11_interview_drill.ipynb), comes after every lesson it asks about.

@@ -10,7 +10,7 @@
 # ---
 
 # %% [markdown]
-# # Lesson 8 — Serving-scale memory: paged blocks and 8-bit keys
+# # Lesson 7 — Serving-scale memory: paged blocks and 8-bit keys
 #
 # **Time:** about 40 minutes. **You need:** lessons 3 (the ring buffer) and 4 (the decoder); lesson 0's
 # memory arithmetic helps.

@@ -10,10 +10,10 @@
 # ---
 
 # %% [markdown]
-# # Lesson 7 — Interview drill
+# # Lesson 11 — Interview drill
 #
 # **Time:** about 60 minutes (4 per question, answered aloud before you open the fold). **You need:**
-# lessons 0–6 (8 and 9 for the serving and attention-eviction questions; each answer says where its
+# lessons 0–10; it comes last so that every question is about something taught (each answer says where its
 # topic is taught). Sources: [references](../docs/references.md); formulas: [cheat sheet](../docs/cheatsheet.md).
 #
 # **By the end you will be able to**
@@ -182,7 +182,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # than 4096 tokens), or share prompt prefixes between requests. A smaller window would also do
 # it, but the model was trained with 4096, so that changes its outputs.
 #
-# Where taught: paged blocks and an int8 cache in [lesson 8](08_serving_memory.ipynb); prefix
+# Where taught: paged blocks and an int8 cache in [lesson 7](07_serving_memory.ipynb); prefix
 # sharing in vLLM's PagedAttention paper (Kwon et al. 2023, arXiv:2309.06180); caches below 8 bits
 # in KIVI (Liu et al. 2024, arXiv:2402.02750, 2 bits).
 #
@@ -212,7 +212,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 #   LRU is not what sliding-window attention needs: SWA's rule depends only on positions.
 #
 # Where taught: LRU and sinks in [lesson 5](05_eviction_policies.ipynb); H2O in
-# [lesson 9](09_which_tokens_to_keep.ipynb) and its paper (Zhang et al. 2023, arXiv:2306.14048).
+# [lesson 8](08_which_tokens_to_keep.ipynb) and its paper (Zhang et al. 2023, arXiv:2306.14048).
 #
 # </details>
 
@@ -237,7 +237,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 #   maintain.
 #
 # Where taught: contiguous and ring in [lesson 3](03_ring_buffer.ipynb); paged blocks and what
-# the block size trades in [lesson 8](08_serving_memory.ipynb), and in the PagedAttention paper.
+# the block size trades in [lesson 7](07_serving_memory.ipynb), and in the PagedAttention paper.
 #
 # </details>
 
@@ -381,8 +381,8 @@ print("5 : 1 local/global, W = 1024:", human(kv_cache_bytes(10, 16, 128, 131072)
 # * Q2, Q9, Q14: [lesson 3](03_ring_buffer.ipynb); measured in [lesson 6](06_measuring.ipynb).
 # * Q7 (LRU, sinks): [lesson 5](05_eviction_policies.ipynb). Q10, Q11: [lesson 4](04_decoding_with_the_cache.ipynb)
 #   (RoPE and the `len(cache)` bug, chunked prefill).
-# * Q6, Q8 (paged blocks, int8 caches): [lesson 8](08_serving_memory.ipynb); Q7 (H2O):
-#   [lesson 9](09_which_tokens_to_keep.ipynb); prefix sharing: the PagedAttention paper cited in Q6.
+# * Q6, Q8 (paged blocks, int8 caches): [lesson 7](07_serving_memory.ipynb); Q7 (H2O):
+#   [lesson 8](08_which_tokens_to_keep.ipynb); prefix sharing: the PagedAttention paper cited in Q6.
 # * Q12: the convention's docstring in `swkv_teach/masks.py` and lesson 0's off-by-one section.
 # * Building the naive cache yourself: [lesson 1](01_six_steps.ipynb) and
 #   [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb).

@@ -10,7 +10,7 @@
 # ---
 
 # %% [markdown]
-# # Lesson 9 — Which tokens to keep: eviction that listens to attention
+# # Lesson 8 — Which tokens to keep: eviction that listens to attention
 #
 # **Time:** about 35 minutes. **You need:** lessons 4 (the trained decoder) and 5 (LRU, sinks).
 #
