@@ -1,0 +1,234 @@
+"""The curated mutants ``tools/mutation.py`` plants, one at a time, in a copy of the project.
+
+Each is one small, plausible bug: the ``original`` snippet (which must occur exactly
+once in ``file``) replaced by ``mutated``. ``tests`` are the pytest arguments that
+must catch it: the module's own tests first (a module's bugs should be caught by its
+own tests, not by accident elsewhere). ``why`` says what the bug would do.
+
+The list follows issue 24's audit (off-by-ones in the window, ring slots, blocks
+freed, int8 scales, H2O's protected window, RoPE signs and offsets, grader
+tolerances loosened 100x, a skipped probe, a gradebook status, bench ratios) and
+adds the neighbours of each. When the code moves on, a mutant whose snippet is gone
+is reported ``stale``: update its snippet, do not delete it silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    file: str
+    original: str
+    mutated: str
+    why: str
+    tests: list = field(default_factory=list)
+
+
+MASKS = ["tests/test_masks.py", "tests/test_attention.py", "tests/test_plots.py"]
+CACHES = ["tests/test_caches.py", "tests/test_attention.py"]
+PAGED = ["tests/test_paged.py"]
+INT8 = ["tests/test_int8.py"]
+SCORED = ["tests/test_h2o_tova.py"]
+ROPE = ["tests/test_rope.py", "tests/test_model.py"]
+TOLERANCE = ["tests/test_grading_tolerance.py"]
+PROBES = ["tests/test_grading_probes.py"]
+GRADE = ["tests/test_grade_check_timeout.py", "tests/test_grade.py"]
+BENCH = ["tests/test_bench.py", "-k", "targets or flat or ratios_and_a_long_run"]
+
+M = Mutant
+MUTANTS = [
+    # ------------------------------------------------------------- the window convention
+    M("mask-w-plus-1", "swkv_teach/masks.py",
+      "in_window = j > i - window_size", "in_window = j >= i - window_size",
+      "W + 1 keys per query (Mistral's reference count)", MASKS),
+    M("mask-w-minus-1", "swkv_teach/masks.py",
+      "in_window = j > i - window_size", "in_window = j > i - window_size + 1",
+      "W - 1 keys per query", MASKS),
+    M("mask-sinks-one-more", "swkv_teach/masks.py",
+      "in_window | (j < num_sinks)", "in_window | (j <= num_sinks)",
+      "S + 1 sink columns", MASKS),
+    M("mask-excludes-self", "swkv_teach/masks.py",
+      "return (j <= i) & in_window", "return (j < i) & in_window",
+      "a query does not see its own key", MASKS),
+    M("attention-no-sqrt-d", "swkv_teach/attention.py",
+      "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])", "scores = q @ k.transpose(-2, -1)",
+      "the oracle forgets the 1/sqrt(d) scaling", ["tests/test_attention.py"]),
+    # ------------------------------------------------------------- the seed's cache
+    M("sliding-returns-w-plus-chunk", "swkv_teach/caches/sliding.py",
+      "returned = min(k.shape[2], W - 1 + tokens)", "returned = min(k.shape[2], W + tokens)",
+      "a chunk's first query is handed W predecessors (W + 1 keys)", CACHES),
+    M("sliding-keeps-w-minus-1", "swkv_teach/caches/sliding.py",
+      "k, v = k[:, :, -W:], v[:, :, -W:]", "k, v = k[:, :, 1 - W:], v[:, :, 1 - W:]",
+      "one-token path keeps W - 1 tokens", CACHES),
+    M("sliding-chunk-keeps-w-plus-1", "swkv_teach/caches/sliding.py",
+      "self.k, self.v = k[:, :, -W:].clone(), v[:, :, -W:].clone()",
+      "self.k, self.v = k[:, :, -W - 1:].clone(), v[:, :, -W - 1:].clone()",
+      "after a chunk the cache keeps W + 1 tokens", CACHES),
+    # ------------------------------------------------------------- ring buffer and sinks
+    M("ring-slot-positions", "swkv_teach/caches/ring.py",
+      "p = slot + W * torch.div((seen - 1) - slot, W, rounding_mode=\"floor\")",
+      "p = slot + W * torch.div(seen - slot, W, rounding_mode=\"floor\")",
+      "positions reported for the ring's slots are off once it wraps", CACHES),
+    M("ring-chunk-sees-w-plus-1", "swkv_teach/caches/ring.py",
+      "keep = torch.nonzero((held < S) | (held > n - W)).flatten()",
+      "keep = torch.nonzero((held < S) | (held >= n - W)).flatten()",
+      "a chunk's first query is handed one stored key too many", CACHES),
+    M("ring-chunk-survivors", "swkv_teach/caches/ring.py",
+      "survive = torch.nonzero((new_pos < S) | (new_pos >= n + tokens - W)).flatten()",
+      "survive = torch.nonzero((new_pos < S) | (new_pos > n + tokens - W)).flatten()",
+      "a chunk stores its last W - 1 tokens, not W", CACHES),
+    M("ring-sink-slot", "swkv_teach/caches/ring.py",
+      "slot = seen if seen < S else S + (seen - S) % self.window_size",
+      "slot = seen if seen < S else S + seen % self.window_size",
+      "one-token writes after the sinks land in the wrong slot", CACHES),
+    M("ring-chunk-slots-of", "swkv_teach/caches/ring.py",
+      "return torch.where(positions < S, positions, S + (positions - S) % W)",
+      "return torch.where(positions < S, positions, S + positions % W)",
+      "a chunk's tokens land in the wrong slots when there are sinks", CACHES),
+    M("sinks-capacity", "swkv_teach/caches/ring.py",
+      "return self.num_sinks + self.window_size", "return self.window_size",
+      "the sinks eat into the window's slots", CACHES),
+    # ------------------------------------------------------------- LRU
+    M("lru-evict-ge", "swkv_teach/caches/lru.py",
+      "while len(self._entries) > self.max_size:", "while len(self._entries) >= self.max_size:",
+      "holds max_size - 1 entries", CACHES),
+    M("lru-get-no-promote", "swkv_teach/caches/lru.py",
+      "            return None\n        self._entries.move_to_end(token_id)\n", "            return None\n",
+      "get() does not promote (FIFO, not LRU)", CACHES),
+    M("lru-evicts-newest", "swkv_teach/caches/lru.py",
+      "self._entries.popitem(last=False)", "self._entries.popitem(last=True)",
+      "evicts the most recently used entry", CACHES),
+    M("lru-update-returns-w", "swkv_teach/caches/lru.py",
+      "[-(self.max_size - 1):] if self.max_size > 1 else []", "[-self.max_size:] if self.max_size > 1 else []",
+      "update hands a new token max_size old entries (W + 1 keys)", CACHES),
+    # ------------------------------------------------------------- paged
+    M("paged-keeps-w-plus-1", "swkv_teach/caches/paged.py",
+      "lo = max(0, n + c - W)  # first position stored after this update",
+      "lo = max(0, n + c - W - 1)  # first position stored after this update",
+      "blocks are freed one token late (the last W + 1 kept)", PAGED),
+    M("paged-frees-late", "swkv_teach/caches/paged.py",
+      "n_free = min(len(self._table), max(0, new_first - self._first))",
+      "n_free = min(len(self._table), max(0, new_first - self._first - 1))",
+      "a block goes back to the pool one block late", PAGED),
+    M("paged-block-bound", "swkv_teach/caches/paged.py",
+      "return -(-(W - 1) // bs) + 1", "return -(-W // bs) + 1",
+      "the bound on blocks per sequence is one too many when bs divides W", PAGED),
+    M("paged-pool-lifo", "swkv_teach/caches/paged.py",
+      "block = self._free.popleft()", "block = self._free.pop()",
+      "free blocks handed out last-in first-out", PAGED),
+    M("paged-chunk-positions", "swkv_teach/caches/paged.py",
+      "self._positions = torch.arange(max(0, n - (W - 1)), n + c, device=k_new.device)",
+      "self._positions = torch.arange(max(0, n - W), n + c, device=k_new.device)",
+      "a chunk's positions include one stored token too many", PAGED),
+    # ------------------------------------------------------------- int8
+    M("int8-qmax-128", "swkv_teach/caches/int8.py",
+      "QMAX = 127", "QMAX = 128",
+      "scale absmax / 128: the largest element maps to 128 and wraps", INT8),
+    M("int8-no-clamp", "swkv_teach/caches/int8.py",
+      "q = torch.round(x.to(work) / safe).clamp_(-QMAX, QMAX).to(torch.int8)",
+      "q = torch.round(x.to(work) / safe).to(torch.int8)",
+      "no clamp: a subnormal absmax's rounded scale sends x / scale past 127 and int8 wraps", INT8),
+    M("int8-truncates", "swkv_teach/caches/int8.py",
+      "q = torch.round(x.to(work) / safe)", "q = torch.trunc(x.to(work) / safe)",
+      "rounding toward zero: a whole step of error", INT8),
+    M("int8-zero-row-nan", "swkv_teach/caches/int8.py",
+      "safe = torch.where(scale > 0, scale, torch.ones_like(scale)).to(work)", "safe = scale.to(work)",
+      "an all-zero token divides by zero", INT8),
+    M("int8-dequant-in-dtype", "swkv_teach/caches/int8.py",
+      "return (q.to(work) * scale.to(work)).to(dtype)", "return q.to(dtype) * scale.to(dtype)",
+      "dequantises in the output dtype (the scale rounded to float16/bfloat16 first)", INT8),
+    M("int8-returns-float32", "swkv_teach/caches/int8.py",
+      "dtype = self._like.dtype\n        return", "dtype = torch.float32\n        return",
+      "update returns float32 whatever the keys' dtype", INT8),
+    M("int8-scale-per-tensor", "swkv_teach/caches/int8.py",
+      "scale = (x.to(torch.float32).abs().amax(dim=-1, keepdim=True) / QMAX)",
+      "scale = (x.to(torch.float32).abs().amax(dim=(-2, -1), keepdim=True).expand(*x.shape[:-1], 1) / QMAX)",
+      "one scale per head over all its tokens, not per token", INT8),
+    # ------------------------------------------------------------- H2O and TOVA
+    M("h2o-protects-recent-minus-1", "swkv_teach/caches/h2o.py",
+      "return positions >= seen - self.recent", "return positions > seen - self.recent",
+      "the cache protects recent - 1 tokens", SCORED),
+    M("h2o-oracle-protects-recent-plus-1", "swkv_teach/caches/h2o.py",
+      "protected = positions > newest - recent", "protected = positions >= newest - recent",
+      "the oracle protects recent + 1 tokens", SCORED),
+    M("scored-ties-newest-first", "swkv_teach/caches/scored.py",
+      "order = torch.argsort(positions)  # oldest first ...",
+      "order = torch.argsort(positions, descending=True)  # oldest first ...",
+      "ties evict the newest token first", SCORED),
+    M("h2o-chunk-scores-last-query", "swkv_teach/caches/h2o.py",
+      "return scores + w.sum(dim=0)", "return scores + w[-1]",
+      "H2O adds only the newest query of a chunk", SCORED),
+    M("tova-accumulates", "swkv_teach/caches/tova.py",
+      "return w[-1].clone()", "return scores + w[-1]",
+      "TOVA keeps the old scores (H2O's rule)", SCORED),
+    M("head-average-first-row", "swkv_teach/caches/scored.py",
+      "return weights.detach().float().mean(dim=(0, 1))", "return weights.detach().float()[0].mean(dim=0)",
+      "scores from the first batch row only", SCORED),
+    # ------------------------------------------------------------- RoPE
+    M("rope-rotation-sign", "swkv_teach/model.py",
+      "return torch.cat((-x2, x1), dim=-1)", "return torch.cat((x2, -x1), dim=-1)",
+      "RoPE rotates the other way", ROPE),
+    M("rope-position-offset", "swkv_teach/model.py",
+      "freqs = torch.outer(positions.float(), inv_freq)", "freqs = torch.outer(positions.float() + 1, inv_freq)",
+      "every position rotated one too far (q.k unchanged: only a direct test sees it)", ROPE),
+    M("rope-cos-sin-swapped", "swkv_teach/model.py",
+      "return emb.cos().to(dtype), emb.sin().to(dtype)", "return emb.sin().to(dtype), emb.cos().to(dtype)",
+      "cos and sin swapped", ROPE),
+    M("rope-frequencies", "swkv_teach/model.py",
+      "torch.arange(0, head_dim, 2, dtype=torch.float, device=device) / head_dim",
+      "torch.arange(0, head_dim, 2, dtype=torch.float, device=device) / (head_dim // 2)",
+      "frequencies theta^(-2i/(d/2)) instead of theta^(-2i/d)", ROPE),
+    M("step-positions-from-len", "swkv_teach/model.py",
+      "start = caches[0].seen", "start = len(caches[0])",
+      "decode positions from len(cache), which stops at W", ["tests/test_model.py"]),
+    # ------------------------------------------------------------- grader tolerances x100
+    M("tol-decode-x100", "swkv_teach/grading/decode.py",
+      "ATOL, RTOL = 1e-4, 1e-3", "ATOL, RTOL = 1e-2, 1e-1",
+      "the decode check's tolerance loosened 100x", TOLERANCE),
+    M("tol-h2o-float-x100", "swkv_teach/grading/h2o.py",
+      "else (1e-5, 1e-6)", "else (1e-3, 1e-4)",
+      "the H2O check's float32 tolerance loosened 100x", TOLERANCE),
+    M("tol-h2o-half-x100", "swkv_teach/grading/h2o.py",
+      "rtol, atol = (2e-2, 2e-3) if half", "rtol, atol = (2.0, 2e-1) if half",
+      "the H2O check's float16/bfloat16 tolerance loosened 100x", TOLERANCE),
+    M("tol-int8-scale-x100", "swkv_teach/grading/int8.py",
+      "exp_scale.double()[nonzero], rtol=1e-5, atol=0):", "exp_scale.double()[nonzero], rtol=1e-3, atol=0):",
+      "the int8 check's scale tolerance loosened 100x", TOLERANCE),
+    M("tol-int8-dequant-x100", "swkv_teach/grading/int8.py",
+      "tol = exp_scale.double() * 1e-3 +", "tol = exp_scale.double() * 1e-1 +",
+      "the int8 check's dequantisation tolerance loosened 100x", TOLERANCE),
+    M("tol-int8-round-trip-x100", "swkv_teach/grading/int8.py",
+      "bound = absmax / 254 * (1 + 1e-4) + absmax * EPS[x.dtype] * 2",
+      "bound = absmax / 254 * (1 + 1e-2) + absmax * EPS[x.dtype] * 200",
+      "the int8 check's round-trip bound loosened 100x", TOLERANCE),
+    # ------------------------------------------------------------- a probe skipped
+    M("probe-lru-negative-size", "swkv_teach/grading/lru.py",
+      "    _raises_for(cls, -1)\n", "",
+      "the LRU check no longer tries max_size=-1", PROBES),
+    M("probe-lru-zero-size", "swkv_teach/grading/lru.py",
+      "    _raises_for(cls, 0)\n", "",
+      "the LRU check no longer tries max_size=0", PROBES),
+    # ------------------------------------------------------------- the gradebook
+    M("grade-check-timeout-as-cell-timeout", "swkv_teach/grading/grade.py",
+      "timeouts = sorted(i for i in timed_out if i < learner_cells)", "timeouts = sorted(timed_out)",
+      "an official check past the timeout reported as a learner cell's timeout", GRADE),
+    # ------------------------------------------------------------- bench ratios
+    M("bench-flat-ignores-floor", "swkv_teach/bench/report.py",
+      "value[\"ring_flat_in_window\"] = (us(hi, \"ring\") - growth) / us(lo, \"ring\")",
+      "value[\"ring_flat_in_window\"] = us(hi, \"ring\") / us(lo, \"ring\")",
+      "ring flatness not net of the floor's growth", BENCH),
+    M("bench-flat-adds-floor", "swkv_teach/bench/report.py",
+      "value[\"ring_flat_in_window\"] = (us(hi, \"ring\") - growth) / us(lo, \"ring\")",
+      "value[\"ring_flat_in_window\"] = (us(hi, \"ring\") + growth) / us(lo, \"ring\")",
+      "the floor's growth added instead of taken off", BENCH),
+    M("bench-decode-best-window", "swkv_teach/bench/report.py",
+      "value[\"decode_vs_hf\"] = min(r[\"ratio_to_hf\"] for r in ours)",
+      "value[\"decode_vs_hf\"] = max(r[\"ratio_to_hf\"] for r in ours)",
+      "decode target judged at the best window, not the worst", BENCH),
+    M("bench-memory-flat-ends-only", "swkv_teach/bench/decode.py",
+      "out[\"flat\"] = min(readings) == max(readings)", "out[\"flat\"] = readings[0] == readings[-1]",
+      "memory called flat when it rose and fell back", BENCH),
+]

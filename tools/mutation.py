@@ -1,0 +1,188 @@
+"""Mutation testing over a curated list of single-point bugs: does the test suite catch them?
+
+``make mutation`` (or ``.venv/bin/python tools/mutation.py``) plants each mutant of
+``tests/mutants/catalogue.py`` in turn, one at a time, into a *copy* of the project
+made in a temporary folder (the working tree is never touched: other people may be
+editing it), runs that mutant's fast tests against the copy (``pytest -x``, in a
+subprocess, ``PYTHONPATH`` and the working directory pointing at the copy), and
+reports which mutants the tests *killed* (some test failed) and which *survived*
+(every test passed: a bug the suite would not notice).
+
+Statuses:
+
+* ``killed``   a test failed (or the run errored, or ran past ``--timeout``: a hang is caught too);
+* ``survived`` every selected test passed with the bug in place;
+* ``stale``    the mutant's original snippet is not in the file exactly once (the code moved on:
+  update the catalogue); not counted in the kill rate;
+* ``unsound``  the mutant's tests fail *without* the mutant (a broken baseline proves nothing);
+  not counted either.
+
+Kill rate = killed / (killed + survived). Exit status 0 when every counted mutant
+is killed, 1 when some survive, 2 on a usage error.
+
+Usage::
+
+    python tools/mutation.py                 # every mutant, copy of the working tree
+    python tools/mutation.py --list          # the catalogue, one line each
+    python tools/mutation.py --only ring-slot-positions lru-evict-ge
+    python tools/mutation.py --rev HEAD      # copy a commit (git archive) instead of the working tree
+    python tools/mutation.py --json out.json # also write the results as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CATALOGUE = ROOT / "tests" / "mutants" / "catalogue.py"
+# Never copied: environments, caches, the git directory, build outputs.
+SKIP = {".venv", ".git", ".pytest_cache", ".hypothesis", "__pycache__", "build", "dist", ".ipynb_checkpoints"}
+
+
+def load_catalogue(path: Path = CATALOGUE) -> list:
+    """The ``MUTANTS`` list of ``path`` (loaded by file, so the copy's tests package is not imported here)."""
+    spec = importlib.util.spec_from_file_location("_swkv_mutants", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module.MUTANTS
+
+
+def snapshot(dest: Path, rev: str | None) -> None:
+    """Copy the project into ``dest``: the working tree's tracked and untracked (not ignored) files, or ``rev``."""
+    if rev:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+        return
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            check=True, capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src = ROOT / rel
+        if not src.is_file() or SKIP & set(Path(rel).parts):
+            continue  # deleted in the working tree but still in the index, or junk
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+
+
+def pytest_command(python: str, tests: list[str]) -> list[str]:
+    # -x: the first failure is enough (a mutant names the tests that guard it: slow ones only where needed);
+    # -p no:cacheprovider: nothing written beside the copy's tests.
+    return [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-o", "addopts=",
+            *tests]
+
+
+def run_tests(copy: Path, python: str, tests: list[str], timeout: float) -> tuple[str, str, float]:
+    """Run ``tests`` in ``copy``; return (outcome, detail, seconds): outcome "passed", "failed" or "timeout"."""
+    env = dict(os.environ, PYTHONPATH=str(copy), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("SWKV_DEVICE", None)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(pytest_command(python, tests), cwd=copy, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout", f"ran past {timeout:g} s", time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    if proc.returncode == 0:
+        return "passed", "", seconds
+    out = proc.stdout + proc.stderr
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", out, flags=re.M)
+    detail = failed[0] if failed else (out.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+    if proc.returncode == 5:
+        detail = "no tests were collected: " + detail
+    return "failed", detail, seconds
+
+
+def check_copy_is_imported(copy: Path, python: str) -> None:
+    """Refuse to run when the copy's swkv_teach is not the one a test would import (an installed copy winning)."""
+    env = dict(os.environ, PYTHONPATH=str(copy))
+    where = subprocess.run([python, "-c", "import swkv_teach; print(swkv_teach.__file__)"], cwd=copy, env=env,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    if not Path(where).resolve().is_relative_to(copy.resolve()):
+        raise SystemExit(f"mutation: the tests would import {where}, not the copy in {copy}; nothing was run")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="+", metavar="ID", help="run only these mutants")
+    ap.add_argument("--list", action="store_true", help="print the catalogue and exit")
+    ap.add_argument("--rev", help="copy this git revision instead of the working tree")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per mutant's test run (default 600)")
+    ap.add_argument("--python", default=sys.executable, help="the interpreter that runs pytest (default: this one)")
+    ap.add_argument("--json", type=Path, help="also write the results to this file")
+    args = ap.parse_args(argv)
+
+    mutants = load_catalogue()
+    if args.list:
+        for m in mutants:
+            print(f"{m.id:<34} {m.file:<36} {m.why}")
+        return 0
+    if args.only:
+        unknown = set(args.only) - {m.id for m in mutants}
+        if unknown:
+            ap.error(f"no mutant named {', '.join(sorted(unknown))} (see --list)")
+        mutants = [m for m in mutants if m.id in args.only]
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="swkv-mutation-") as tmp:
+        copy = Path(tmp) / "project"
+        copy.mkdir()
+        snapshot(copy, args.rev)
+        check_copy_is_imported(copy, args.python)
+        baseline: dict[tuple, tuple[str, str, float]] = {}
+        print(f"mutation: {len(mutants)} mutant(s) on a copy of {args.rev or 'the working tree'} in {copy}", flush=True)
+        for n, m in enumerate(mutants, 1):
+            path = copy / m.file
+            original = path.read_text() if path.is_file() else ""
+            count = original.count(m.original)
+            if count != 1:
+                status, detail, seconds = "stale", f"the original snippet occurs {count} times in {m.file}", 0.0
+            else:
+                key = tuple(m.tests)
+                if key not in baseline:  # the same tests without any mutant: they must pass
+                    baseline[key] = run_tests(copy, args.python, m.tests, args.timeout)
+                base = baseline[key]
+                if base[0] != "passed":
+                    status, detail, seconds = "unsound", f"fails without the mutant: {base[1]}", 0.0
+                else:
+                    path.write_text(original.replace(m.original, m.mutated))
+                    try:
+                        outcome, detail, seconds = run_tests(copy, args.python, m.tests, args.timeout)
+                    finally:
+                        path.write_text(original)
+                    status = "survived" if outcome == "passed" else "killed"
+                    if outcome == "timeout":
+                        detail = "timeout: " + detail
+            results.append({"id": m.id, "file": m.file, "why": m.why, "status": status, "detail": detail,
+                            "seconds": round(seconds, 1)})
+            print(f"[{n:>2}/{len(mutants)}] {status:<8} {m.id:<34} {seconds:6.1f} s  {detail}", flush=True)
+
+    counted = [r for r in results if r["status"] in ("killed", "survived")]
+    killed = sum(r["status"] == "killed" for r in counted)
+    rate = killed / len(counted) if counted else float("nan")
+    print()
+    print(f"kill rate: {killed}/{len(counted)} = {100 * rate:.0f}%"
+          + "".join(f"; {s} {sum(r['status'] == s for r in results)}" for s in ("stale", "unsound")
+                    if any(r["status"] == s for r in results)))
+    for r in results:
+        if r["status"] != "killed":
+            print(f"  {r['status']:<8} {r['id']}: {r['why']} ({r['detail'] or 'every selected test passed'})")
+    if args.json:
+        args.json.write_text(json.dumps({"kill_rate": rate, "killed": killed, "counted": len(counted),
+                                         "results": results}, indent=1) + "\n")
+    return 0 if killed == len(counted) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
