@@ -4,7 +4,9 @@ Both follow the convention of :mod:`swkv_teach.masks` (query ``i`` sees keys
 ``i - W < j <= i``, plus the first ``num_sinks``). The oracle spells softmax
 out by hand; the decode path uses PyTorch's fused
 ``scaled_dot_product_attention``. Tests check one against the other, so
-neither is trusted alone.
+neither is trusted alone. :func:`paged_attention` is what a paged kernel
+(FlashAttention's ``flash_attn_with_kvcache`` with a ``block_table``, vLLM's
+PagedAttention) computes, written with batched tensor ops.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from swkv_teach.masks import window_mask
+from swkv_teach._validate import check_positive_int
+from swkv_teach.masks import allowed, window_mask
 
-__all__ = ["attention", "attention_with_cache", "cached_attention", "sliding_window_attention"]
+__all__ = ["attention", "attention_with_cache", "cached_attention", "paged_attention", "sliding_window_attention"]
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -107,3 +110,173 @@ def attention_with_cache(query: torch.Tensor, cache) -> torch.Tensor:
     keys = torch.stack([torch.as_tensor(k, dtype=query.dtype, device=query.device) for k, _ in entries])  # (n, hd)
     values = torch.stack([torch.as_tensor(v, dtype=query.dtype, device=query.device) for _, v in entries])
     return attention(query[None, :], keys, values)[0]
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens,
+    block_table: torch.Tensor,
+    window_size: int | None = None,
+    softmax_scale: float | None = None,
+) -> torch.Tensor:
+    """Attention of a batch of sequences over keys kept in blocks of a shared pool: the reference a paged kernel computes.
+
+    Layout and meaning are those of FlashAttention's ``flash_attn_with_kvcache``
+    in paged mode (``flash_attn/flash_attn_interface.py``, commit 0251105a,
+    lines 1485-1599), called with ``k=v=None`` (the new keys already written)
+    and ``causal=True``:
+
+    ======================  ======================================  ============================================
+    here                    ``flash_attn_with_kvcache``              vLLM ``paged_attention_v1``
+    ======================  ======================================  ============================================
+    ``q``                   ``q`` (batch, seqlen, nheads, headdim)   ``query`` (num_seqs, num_heads, head_size):
+                                                                    one query per sequence
+    ``k_cache``/``v_cache``  same, "(num_blocks, page_block_size,     ``key_cache``/``value_cache``, laid out
+                            nheads_k, headdim) if there's a          (num_blocks, num_kv_heads, head_size/x,
+                            block_table" (line 1551)                 block_size, x) / (..., head_size, block_size)
+    ``cache_seqlens``       ``cache_seqlens`` (line 1561)            ``seq_lens``
+    ``block_table``         ``block_table`` (batch,                  ``block_tables``
+                            max_num_blocks_per_seq) int32 (1568)
+    ``window_size=W``       ``window_size=(W - 1, 0)`` (1542-1544)   (out-of-window blocks freed by the manager)
+    ``softmax_scale``       ``softmax_scale``, default               ``scale``
+                            ``1/sqrt(headdim)`` (line 1597)
+    ======================  ======================================  ============================================
+
+    (vLLM: ``vllm/_custom_ops.py`` at commit 7bcae67b, ``paged_attention_v1``, line 33; the
+    block layout from the argument comments of its CUDA kernel, ``csrc/attention/attention_kernels.cuh``.)
+
+    Args:
+        q: ``(batch, seqlen_q, nheads, headdim)``, the new queries of each sequence.
+        k_cache, v_cache: ``(num_blocks, block_size, nheads_k, headdim)``, the pool; ``nheads`` a
+            multiple of ``nheads_k``: query head ``h`` reads key/value head ``h // (nheads // nheads_k)``
+            (FlashAttention's docstring: "head 0, 1, 2 of Q will attention to head 0 of K, V", line 1527).
+            Any ``block_size`` works here; that FlashAttention build asks for a multiple of 256 (line 1552).
+        cache_seqlens: ``(batch,)`` integers (or one int for all rows): tokens of each sequence in the
+            cache, the new queries' own keys included.
+        block_table: ``(batch, max_blocks_per_seq)`` integers: logical block ``i`` of row ``b`` (tokens
+            ``i*block_size .. (i+1)*block_size - 1``) lives in pool block ``block_table[b, i]``. Entries
+            for blocks no query reads (wholly outside every window, or past ``cache_seqlens``) are never
+            looked at and may hold anything, -1 included (a freed block).
+        window_size: ``W``: query ``i`` of row ``b`` sits at position ``p = cache_seqlens[b] - seqlen_q + i``
+            and attends keys ``j`` with ``p - W < j <= p`` (:mod:`swkv_teach.masks`); None: causal only.
+        softmax_scale: default ``1 / sqrt(headdim)``.
+    Returns:
+        ``(batch, seqlen_q, nheads, headdim)`` in ``q``'s dtype; scores, softmax and sums in float32.
+
+    Worked example, ``block_size = 2``, ``W = 3``, one query per row, ``cache_seqlens = [5, 2]``:
+    row 0's query sits at position 4 and reads keys 2, 3, 4, i.e. logical blocks 1 and 2
+    (``block_table[0, 1:3]``); ``block_table[0, 0]`` is never read and may be -1. Row 1's query
+    (position 1) reads keys 0 and 1, logical block 0; its entries past block 0 are never read.
+
+    How: each row reads the last ``seqlen_q + W - 1`` positions before its ``cache_seqlens`` (every
+    key some query may see), gathered through the table in one indexing op, then one masked
+    ``scaled_dot_product_attention`` over the batch. That gather is what a fused kernel does not
+    do: it walks the table and reads each block in place, in on-chip tiles, never writing the
+    window out (and splits long contexts over thread blocks). The result is the same.
+    """
+    W, scale = _check_paged(q, k_cache, v_cache, block_table, window_size, softmax_scale)
+    seqlens = _check_seqlens(cache_seqlens, q, k_cache, block_table)
+    table = block_table.to(device=q.device, dtype=torch.long)
+    return _paged_attention(q, k_cache, v_cache, seqlens, table, W, scale, check_entries=True)
+
+
+def _paged_attention(q, k_cache, v_cache, seqlens, table, W, scale, check_entries=False) -> torch.Tensor:
+    """:func:`paged_attention` without the argument checks (``seqlens`` and ``table`` long, on ``q``'s device)."""
+    B, Tq, H, D = q.shape
+    n_blocks, bs, Hk, _ = k_cache.shape
+    span = table.shape[1] * bs  # positions a row's table can address
+    L = span if W is None else min(span, Tq + W - 1)  # keys some query of a row may see: the last L positions
+    j = seqlens[:, None] - L + torch.arange(L, device=q.device)  # (B, L) key positions, negative = none
+    present = j >= 0
+    jc = j.clamp(min=0)
+    blocks = table.gather(1, jc // bs)  # (B, L): entries read only where present
+    if check_entries:
+        bad = present & ((blocks < 0) | (blocks >= n_blocks))
+        if bool(bad.any()):
+            b, i = (int(x) for x in torch.nonzero(bad)[0])
+            raise ValueError(
+                f"block_table[{b}, {int(jc[b, i]) // bs}] = {int(blocks[b, i])} is read (it holds key position "
+                f"{int(j[b, i])}, inside row {b}'s windows) but is not a block of the pool (0..{n_blocks - 1})"
+            )
+    # flat pool slots; a position before 0 reads position 0's slot (masked out): when a row's span starts
+    # before 0, position 0 is in its first query's window, so that slot holds a real key, never garbage
+    slots = blocks * bs + jc % bs  # (B, L)
+    k = k_cache.reshape(n_blocks * bs, Hk, D)[slots]  # (B, L, Hk, D)
+    v = v_cache.reshape(n_blocks * bs, Hk, D)[slots]
+    p = seqlens[:, None] - Tq + torch.arange(Tq, device=q.device)  # (B, Tq) query positions
+    pi, jj = p[:, :, None], j[:, None, :]
+    see = (jj <= pi) if W is None else allowed(pi, jj, W)
+    mask = (see & present[:, None, :])[:, None]  # (B, 1, Tq, L)
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2).float(), k.transpose(1, 2).float(), v.transpose(1, 2).float(),
+        attn_mask=mask, scale=scale, enable_gqa=H != Hk,
+    )  # (B, H, Tq, D) float32
+    return out.transpose(1, 2).to(q.dtype)
+
+
+def _check_paged(q, k_cache, v_cache, block_table, window_size, softmax_scale):
+    for name, t, dims in (("q", q, "(batch, seqlen_q, nheads, headdim)"),
+                          ("k_cache", k_cache, "(num_blocks, block_size, nheads_k, headdim)"),
+                          ("v_cache", v_cache, "(num_blocks, block_size, nheads_k, headdim)")):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor shaped {dims}; got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} has {t.dim()} dims, shape {tuple(t.shape)}; expected 4: {dims}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be floating point; got dtype {t.dtype}")
+    if q.shape[1] < 1:
+        raise ValueError(f"q holds no queries (shape {tuple(q.shape)}); expected seqlen_q >= 1 along dim 1")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache and v_cache must have the same shape; got {tuple(k_cache.shape)} and "
+                         f"{tuple(v_cache.shape)}")
+    if k_cache.shape[3] != q.shape[3]:
+        raise ValueError(f"k_cache has headdim={k_cache.shape[3]} but q has headdim={q.shape[3]}")
+    if q.shape[2] % k_cache.shape[2]:
+        raise ValueError(f"q's nheads={q.shape[2]} must be a multiple of k_cache's nheads_k={k_cache.shape[2]}")
+    if not (q.dtype == k_cache.dtype == v_cache.dtype):
+        raise TypeError(f"q, k_cache and v_cache must share one dtype (as FlashAttention requires); got {q.dtype}, "
+                        f"{k_cache.dtype} and {v_cache.dtype}")
+    if not (q.device == k_cache.device == v_cache.device):
+        raise TypeError(f"q, k_cache and v_cache must be on one device; got {q.device}, {k_cache.device} and "
+                        f"{v_cache.device}")
+    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
+        got = f"shape {tuple(block_table.shape)}" if isinstance(block_table, torch.Tensor) else type(block_table).__name__
+        raise ValueError(f"block_table must be a 2-D integer tensor (batch, max_blocks_per_seq); got {got}")
+    if block_table.is_floating_point() or block_table.dtype == torch.bool:
+        raise TypeError(f"block_table must hold integer block numbers; got dtype {block_table.dtype}")
+    if block_table.shape[0] != q.shape[0]:
+        raise ValueError(f"block_table has {block_table.shape[0]} rows but q has batch={q.shape[0]}")
+    if window_size is not None:
+        if isinstance(window_size, (tuple, list)):
+            raise TypeError(f"window_size is W, the keys each query sees (FlashAttention's (W - 1, 0)); got "
+                            f"{window_size!r}: pass W = left + 1 for a (left, 0) window")
+        check_positive_int("window_size", window_size)
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(q.shape[-1])
+    elif isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) or not softmax_scale > 0:
+        raise ValueError(f"softmax_scale must be a positive number (default 1/sqrt(headdim)); got {softmax_scale!r}")
+    return window_size, float(softmax_scale)
+
+
+def _check_seqlens(cache_seqlens, q, k_cache, block_table) -> torch.Tensor:
+    B, Tq = q.shape[:2]
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        cache_seqlens = torch.full((B,), cache_seqlens)
+    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dim() != 1 or cache_seqlens.shape[0] != B:
+        got = f"shape {tuple(cache_seqlens.shape)}" if isinstance(cache_seqlens, torch.Tensor) else repr(cache_seqlens)
+        raise ValueError(f"cache_seqlens must be one int or a (batch,) = ({B},) integer tensor; got {got}")
+    if cache_seqlens.is_floating_point() or cache_seqlens.dtype == torch.bool:
+        raise TypeError(f"cache_seqlens must hold integer lengths; got dtype {cache_seqlens.dtype}")
+    seqlens = cache_seqlens.to(device=q.device, dtype=torch.long)
+    span = block_table.shape[1] * k_cache.shape[1]
+    low, high = seqlens < Tq, seqlens > span
+    if bool((low | high).any()):
+        b = int(torch.nonzero(low | high)[0])
+        raise ValueError(
+            f"cache_seqlens[{b}] = {int(seqlens[b])}, but each row's length must be at least seqlen_q = {Tq} "
+            f"(the new queries' own keys are in the cache) and at most max_blocks_per_seq * block_size = "
+            f"{block_table.shape[1]} * {k_cache.shape[1]} = {span}"
+        )
+    return seqlens

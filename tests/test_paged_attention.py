@@ -1,0 +1,200 @@
+"""Specification of ``paged_attention``: FlashAttention's paged ``flash_attn_with_kvcache``, as a reference.
+
+The oracle here shares no code with the function: each row's keys are laid out densely in
+position order, and every query's softmax is written out in float64 over the keys
+``p - W < j <= p`` (query ``i`` of row ``b`` at ``p = cache_seqlens[b] - seqlen_q + i``), with
+query head ``h`` reading key head ``h // group``. The pool the function reads is built so that
+anything it must not read is poison: every slot holding no key of any query's window is NaN,
+and every block-table entry no query needs is -1 or a number far outside the pool.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from swkv_teach.attention import paged_attention
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+
+
+def oracle(q, dense_k, dense_v, seqlens, W, scale=None):
+    """Float64 attention written out: ``q`` (B, Tq, H, D); ``dense_k[b]`` (seqlen_b, Hk, D) in position order."""
+    B, Tq, H, D = q.shape
+    scale = 1 / math.sqrt(D) if scale is None else scale
+    out = torch.zeros(B, Tq, H, D, dtype=torch.float64)
+    for b in range(B):
+        k, v = dense_k[b].double(), dense_v[b].double()
+        group = H // k.shape[1]
+        for i in range(Tq):
+            p = seqlens[b] - Tq + i
+            lo = 0 if W is None else max(0, p - W + 1)
+            for h in range(H):
+                kk, vv = k[lo : p + 1, h // group], v[lo : p + 1, h // group]
+                w = torch.softmax((kk @ q[b, i, h].double()) * scale, dim=0)
+                out[b, i, h] = w @ vv
+    return out
+
+
+def build(seqlens, Tq, W, bs, Hk, D, dtype, seed, junk):
+    """A poisoned pool holding each row's keys, its block table, and the dense keys for the oracle."""
+    g = torch.Generator().manual_seed(seed)
+    max_blocks = max(-(-n // bs) for n in seqlens) + 1
+    needed = []  # per row: the logical blocks some query reads
+    for n in seqlens:
+        first = 0 if W is None else max(0, n - Tq - W + 1)
+        needed.append(list(range(first // bs, (n - 1) // bs + 1)))
+    num_blocks = sum(map(len, needed)) + 2  # two spare blocks, never read
+    perm = torch.randperm(num_blocks, generator=g).tolist()
+    k_cache = torch.full((num_blocks, bs, Hk, D), float("nan"))
+    v_cache = torch.full((num_blocks, bs, Hk, D), float("nan"))
+    table = torch.empty(len(seqlens), max_blocks, dtype=torch.int32)
+    dense_k, dense_v = [], []
+    for b, n in enumerate(seqlens):
+        k = torch.randn(n, Hk, D, generator=g).to(dtype)
+        v = torch.randn(n, Hk, D, generator=g).to(dtype)
+        dense_k.append(k)
+        dense_v.append(v)
+        first = 0 if W is None else max(0, n - Tq - W + 1)
+        for i in range(max_blocks):
+            if i in needed[b]:
+                table[b, i] = block = perm.pop()
+                for j in range(i * bs, min(n, (i + 1) * bs)):
+                    if j >= first:  # only keys inside some query's window are written; the rest stay NaN
+                        k_cache[block, j % bs], v_cache[block, j % bs] = k[j].float(), v[j].float()
+            else:
+                table[b, i] = -1 if junk == "minus1" else 10**6 + i
+    return k_cache.to(dtype), v_cache.to(dtype), table, dense_k, dense_v
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.data(),
+    batch=st.integers(1, 4),
+    Tq=st.integers(1, 4),
+    bs=st.sampled_from([1, 2, 3, 4, 5, 8, 16]),
+    W=st.one_of(st.none(), st.integers(1, 12)),
+    Hk=st.sampled_from([1, 2]),
+    group=st.sampled_from([1, 2, 3]),
+    D=st.sampled_from([2, 8]),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    junk=st.sampled_from(["minus1", "huge"]),
+    seed=st.integers(0, 2**16),
+)
+def test_equals_the_dense_oracle(data, batch, Tq, bs, W, Hk, group, D, dtype, junk, seed):
+    """Ragged batches, every block size, MHA and GQA, poison everywhere the function must not look."""
+    seqlens = [data.draw(st.integers(Tq, Tq + 30)) for _ in range(batch)]
+    k_cache, v_cache, table, dense_k, dense_v = build(seqlens, Tq, W, bs, Hk, D, dtype, seed, junk)
+    H = Hk * group
+    q = torch.randn(batch, Tq, H, D, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
+    copies = [t.clone() for t in (q, k_cache, v_cache, table)]
+    lens = torch.tensor(seqlens, dtype=torch.int32)
+    out = paged_attention(q, k_cache, v_cache, lens, table, window_size=W)
+    assert out.shape == q.shape and out.dtype == dtype
+    expected = oracle(q, dense_k, dense_v, seqlens, W)
+    err = (out.double() - expected).abs().max().item()
+    assert err <= TOL[dtype], f"max |paged - oracle| = {err:.3g} > {TOL[dtype]} (seqlens {seqlens}, W={W}, bs={bs})"
+    for before, after in zip(copies, (q, k_cache, v_cache, table)):
+        assert torch.equal(before, after) or (before.isnan() == after.isnan()).all() and torch.equal(
+            before.nan_to_num(), after.nan_to_num()
+        ), "paged_attention modified one of its inputs"
+    assert torch.equal(lens, torch.tensor(seqlens, dtype=torch.int32))
+
+
+def test_docstring_example_by_hand():
+    """block_size 2, W 3, cache_seqlens [5, 2]; keys all zero, so each query averages the values it sees.
+
+    Value of position j = j: row 0's query (position 4) sees 2, 3, 4 -> 3.0; row 1's (position 1) sees
+    0, 1 -> 0.5. Row 0's logical block 0 and row 1's blocks 1, 2 are -1: never read.
+    """
+    k_cache = torch.zeros(4, 2, 1, 1)
+    v_cache = torch.full((4, 2, 1, 1), float("nan"))
+    v_cache[2, 0], v_cache[2, 1] = 2.0, 3.0  # row 0, logical block 1: positions 2, 3
+    v_cache[0, 0] = 4.0  # row 0, logical block 2: position 4
+    v_cache[3, 0], v_cache[3, 1] = 0.0, 1.0  # row 1, logical block 0: positions 0, 1
+    table = torch.tensor([[-1, 2, 0], [3, -1, -1]], dtype=torch.int32)
+    out = paged_attention(torch.ones(2, 1, 1, 1), k_cache, v_cache, torch.tensor([5, 2]), table, window_size=3)
+    assert out.flatten().tolist() == [3.0, 0.5]
+
+
+@pytest.mark.parametrize("W, expected", [(2, 3.5), (3, 3.0), (4, 2.5), (None, 2.0)])
+def test_window_boundary(W, expected):
+    """One row of 5 keys, query at position 4: W - 1, W, W + 1 keys around W = 3, and no window (mean of 0..4)."""
+    k_cache = torch.zeros(5, 1, 1, 1)
+    v_cache = torch.arange(5.0).view(5, 1, 1, 1)
+    table = torch.tensor([[4, 3, 2, 1, 0]])  # logical block i in pool block 4 - i, so position j holds 4 - j
+    v_cache = v_cache.flip(0)
+    out = paged_attention(torch.ones(1, 1, 1, 1), k_cache, v_cache, 5, table, window_size=W)
+    assert out.item() == pytest.approx(expected)
+
+
+def test_gqa_query_head_reads_kv_head_h_over_group():
+    """4 query heads, 2 KV heads: heads 0, 1 read KV head 0, heads 2, 3 read KV head 1 (not h % 2)."""
+    k_cache = torch.zeros(1, 1, 2, 2)
+    v_cache = torch.tensor([[[[0.0, 0.0], [1.0, 1.0]]]])  # KV head 0 holds 0s, KV head 1 holds 1s
+    out = paged_attention(torch.ones(1, 1, 4, 2), k_cache, v_cache, 1, torch.tensor([[0]]))
+    assert out[0, 0, :, 0].tolist() == [0.0, 0.0, 1.0, 1.0]
+
+
+def test_several_queries_per_row_and_softmax_scale():
+    """seqlen_q = 3 (a prefill chunk) and a non-default scale, against the oracle."""
+    g = torch.Generator().manual_seed(3)
+    seqlens, W, bs = [7, 3], 4, 2
+    k_cache, v_cache, table, dk, dv = build(seqlens, 3, W, bs, 2, 4, torch.float32, 3, "minus1")
+    q = torch.randn(2, 3, 2, 4, generator=g)
+    out = paged_attention(q, k_cache, v_cache, torch.tensor(seqlens), table, W, softmax_scale=0.3)
+    assert torch.allclose(out.double(), oracle(q, dk, dv, seqlens, W, scale=0.3), atol=1e-5)
+
+
+def test_on_the_device(device):
+    """Same answer on every available device."""
+    seqlens, W, bs = [9, 4, 6], 5, 4
+    k_cache, v_cache, table, dk, dv = build(seqlens, 1, W, bs, 2, 8, torch.float32, 5, "minus1")
+    q = torch.randn(3, 1, 4, 8)
+    out = paged_attention(q.to(device), k_cache.to(device), v_cache.to(device), torch.tensor(seqlens).to(device),
+                          table.to(device), W)
+    assert torch.allclose(out.cpu().double(), oracle(q, dk, dv, seqlens, W), atol=1e-5)
+
+
+def _good():
+    return dict(q=torch.randn(2, 1, 4, 8), k_cache=torch.randn(3, 4, 2, 8), v_cache=torch.randn(3, 4, 2, 8),
+                cache_seqlens=torch.tensor([3, 2]), block_table=torch.tensor([[0], [1]]), window_size=2)
+
+
+@pytest.mark.parametrize("change, error, words", [
+    (dict(q=torch.randn(2, 4, 8)), ValueError, "q has 3 dims"),
+    (dict(q=torch.randn(2, 1, 3, 8)), ValueError, "multiple of k_cache's nheads_k=2"),
+    (dict(q=torch.randn(2, 1, 4, 6)), ValueError, "headdim=8 but q has headdim=6"),
+    (dict(q=torch.ones(2, 1, 4, 8, dtype=torch.long)), TypeError, "q must be floating point"),
+    (dict(v_cache=torch.randn(3, 2, 2, 8)), ValueError, "same shape"),
+    (dict(k_cache=torch.randn(3, 4, 2, 8, dtype=torch.float64)), TypeError, "share one dtype"),
+    (dict(block_table=torch.tensor([0, 1])), ValueError, "block_table must be a 2-D"),
+    (dict(block_table=torch.tensor([[0.0], [1.0]])), TypeError, "integer block numbers"),
+    (dict(block_table=torch.tensor([[0]])), ValueError, "block_table has 1 rows but q has batch=2"),
+    (dict(cache_seqlens=torch.tensor([3])), ValueError, "(batch,) = (2,)"),
+    (dict(cache_seqlens=torch.tensor([3.0, 2.0])), TypeError, "integer lengths"),
+    (dict(cache_seqlens=torch.tensor([5, 2])), ValueError, "cache_seqlens[0] = 5"),
+    (dict(cache_seqlens=torch.tensor([3, 0])), ValueError, "at least seqlen_q = 1"),
+    (dict(block_table=torch.tensor([[0], [7]])), ValueError, "block_table[1, 0] = 7 is read"),
+    (dict(block_table=torch.tensor([[-1], [1]])), ValueError, "block_table[0, 0] = -1 is read"),
+    (dict(window_size=(1, 0)), TypeError, "pass W = left + 1"),
+    (dict(window_size=0), ValueError, "window_size must be a positive int"),
+    (dict(softmax_scale=-1.0), ValueError, "softmax_scale must be a positive number"),
+])
+def test_bad_input_is_named(change, error, words):
+    args = {**_good(), **change}
+    with pytest.raises(error) as info:
+        paged_attention(**args)
+    assert words in str(info.value), str(info.value)
+
+
+def test_int_cache_seqlens_is_every_row():
+    """``cache_seqlens`` may be one int, as in FlashAttention."""
+    args = _good()
+    a = paged_attention(**{**args, "cache_seqlens": 2})
+    b = paged_attention(**{**args, "cache_seqlens": torch.tensor([2, 2])})
+    assert torch.equal(a, b)
