@@ -1,15 +1,20 @@
 """`swkv-teach export gradescope`: the zip in Gradescope's layout, and its run_autograder on real submissions.
 
-Each submission gets its own autograder root, as on Gradescope (one container per submission):
-``root/submission/*.ipynb`` in, ``root/results/results.json`` out. The unzipped ``run_autograder``
-runs exactly as Gradescope calls it, with this venv's Python standing in for the one ``setup.sh``
-installs (``SWKV_PYTHON``), so nothing is downloaded.
+Each submission gets its own autograder root, laid out as Gradescope lays it out (one container per
+submission; gradescope/autograder_samples, docs/specs.md lines 22-27): the zip unpacked in
+``root/source/``, ``run_autograder`` *copied* to ``root/run_autograder`` and run from there, with
+``root`` as the working directory, ``root/submission/*.ipynb`` in, ``root/results/results.json``
+out. The zip is exported with settings that all differ from the defaults, so a script that lost its
+settings and graded with the defaults fails these tests. This venv's Python stands in for the one
+``setup.sh`` installs (``SWKV_PYTHON``), so nothing is downloaded.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -21,13 +26,21 @@ from pathlib import Path
 import nbformat
 import pytest
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
 from swkv_teach.grading import EXERCISES
 from swkv_teach.grading.export_gradescope import main
 from tests.test_exercises_nbval import spliced
 
 ROOT = Path(__file__).resolve().parent.parent
-GRADED = "02,03"  # two exercises keep the test short; the engine is the same for all
+# Every setting differs from the default (all exercises, 60 s, 4G, 600 s CPU).
+GRADED, TIMEOUT, MEMORY, CPU = "02,03", 12, "2G", 90
 MASK, RING = "02_sliding_window_mask.ipynb", "03_ring_buffer.ipynb"
+# What a kernel capped by MEMORY and CPU reports from inside (limits.py: hard CPU limit = soft + 5 s).
+CAPS_SEEN = f"limits AS=({2 * 2**30}, {2 * 2**30}) CPU=({CPU}, {CPU + 5})"
 pytestmark = pytest.mark.slow
 
 
@@ -41,6 +54,15 @@ def mask_answer(body: str):
     return spliced(MASK, {answer_cell(ex): [body]})
 
 
+def with_probe(nb):
+    """``nb`` with a first cell that raises, naming the kernel's own address-space and CPU limits."""
+    nb = nbformat.from_dict(nb)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(
+        "import resource\nraise RuntimeError(f'limits AS={resource.getrlimit(resource.RLIMIT_AS)} "
+        "CPU={resource.getrlimit(resource.RLIMIT_CPU)}')"))
+    return nb
+
+
 def submissions() -> dict[str, dict[str, object]]:
     """{case: {file name: notebook, or bytes for a raw file}}; the 'missing' case has no submission folder."""
     solved = {MASK: spliced(MASK), RING: spliced(RING)}
@@ -50,40 +72,58 @@ def submissions() -> dict[str, dict[str, object]]:
         "malformed": {MASK: nbformat.writes(spliced(MASK)).encode()[:500]},
         "loop": {MASK: mask_answer("    while True:\n        pass")},
         "dead": {MASK: mask_answer("    import os\n    os._exit(3)")},
+        "probe": {MASK: with_probe(spliced(MASK))},
         "missing": {},
     }
+
+
+def unzip(archive: Path, dest: Path) -> Path:
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(dest)
+        for info in z.infolist():  # ZipFile.extractall drops the mode bits; restore them as unzip does
+            os.chmod(dest / info.filename, (info.external_attr >> 16) & 0o777)
+    return dest
+
+
+def gradescope_root(tmp: Path, autograder: Path, files: dict | None, config: bool = True) -> Path:
+    """An autograder root as Gradescope builds it: ``source/`` unzipped, ``run_autograder`` copied beside it."""
+    root = tmp
+    unzip(autograder, root / "source")
+    if not config:
+        (root / "source" / "swkv_gradescope.json").unlink()
+    shutil.copy2(root / "source" / "run_autograder", root / "run_autograder")
+    if files is not None:
+        (root / "submission").mkdir()
+        for name, nb in files.items():
+            target = root / "submission" / name
+            target.write_bytes(nb) if isinstance(nb, bytes) else nbformat.write(nb, target)
+    return root
+
+
+def run_autograder(script: Path, root: Path) -> tuple[dict, subprocess.CompletedProcess]:
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), SWKV_PYTHON=sys.executable, OMP_NUM_THREADS="1")
+    proc = subprocess.run([str(script)], env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads((root / "results" / "results.json").read_text()), proc
 
 
 @pytest.fixture(scope="module")
 def autograder(tmp_path_factory):
     out = tmp_path_factory.mktemp("export")
-    assert main([str(out), "--exercises", GRADED, "--timeout", "8", "--memory", "2G", "--cpu", "120"]) == 0
+    assert main([str(out), "--exercises", GRADED, "--timeout", str(TIMEOUT), "--memory", MEMORY,
+                 "--cpu", str(CPU)]) == 0
     return out / "autograder.zip"
 
 
 @pytest.fixture(scope="module")
 def results(autograder, tmp_path_factory):
-    """{case: (results.json as a dict, seconds run_autograder took)}."""
-    source = tmp_path_factory.mktemp("source")
-    with zipfile.ZipFile(autograder) as z:
-        z.extractall(source)
-        for info in z.infolist():  # ZipFile.extractall drops the mode bits; restore them as unzip does
-            os.chmod(source / info.filename, (info.external_attr >> 16) & 0o777)
+    """{case: (results.json as a dict, seconds run_autograder took)}, each run as Gradescope runs it."""
 
     def run(case, files):
-        root = tmp_path_factory.mktemp(case)
-        if case != "missing":
-            (root / "submission").mkdir()
-        for name, nb in files.items():
-            target = root / "submission" / name
-            target.write_bytes(nb) if isinstance(nb, bytes) else nbformat.write(nb, target)
-        env = dict(os.environ, AUTOGRADER_ROOT=str(root), SWKV_PYTHON=sys.executable, OMP_NUM_THREADS="1")
+        root = gradescope_root(tmp_path_factory.mktemp(case), autograder, None if case == "missing" else files)
         t0 = time.perf_counter()
-        proc = subprocess.run([str(source / "run_autograder")], env=env, cwd=root, capture_output=True, text=True,
-                              timeout=600)
-        took = time.perf_counter() - t0
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        return case, (json.loads((root / "results" / "results.json").read_text()), took)
+        result, _ = run_autograder(root / "run_autograder", root)
+        return case, (result, time.perf_counter() - t0)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         done = dict(pool.map(lambda kv: run(*kv), submissions().items()))
@@ -105,10 +145,12 @@ def test_the_zip_has_gradescopes_layout_and_the_course_wheel(autograder):
     assert "download.pytorch.org/whl/cpu" in setup, "Gradescope's graders have no GPU: a CPU torch"
     with zipfile.ZipFile(autograder) as z:
         config = json.loads(z.read("swkv_gradescope.json"))
-    assert config == {"exercises": ["02", "03"], "timeout": 8, "memory": "2G", "cpu": 120}
+    assert config == {"exercises": ["02", "03"], "timeout": TIMEOUT, "memory": MEMORY, "cpu": CPU}
     with zipfile.ZipFile(autograder) as z, zipfile.ZipFile(z.open(wheels[0])) as wheel:
         inside = wheel.namelist()
     assert "swkv_teach/grading/grade.py" in inside and any(n.startswith("swkv_teach/data/") for n in inside)
+    released = {n.split("/")[-1] for n in inside if n.startswith("swkv_teach/released/")}
+    assert released == {p.name for p in (ROOT / "exercises").glob("*.ipynb")}, "the released exercises ship inside"
 
 
 def scores(result):
@@ -140,7 +182,7 @@ def test_an_unsolved_submission_scores_zero_and_says_not_implemented(results):
 
 @pytest.mark.parametrize("case, words", [
     ("malformed", "These files are not valid notebooks, so they were not graded: 02_sliding_window_mask.ipynb"),
-    ("loop", "longer than 8 s"),
+    ("loop", f"longer than {TIMEOUT} s"),
     ("dead", "kernel died"),
     ("missing", "No .ipynb file in your submission"),
 ])
@@ -148,3 +190,44 @@ def test_a_broken_submission_scores_zero_with_an_explanation(results, case, word
     result = results[case][0]
     assert result["score"] == 0
     assert words.lower() in json.dumps(result, ensure_ascii=False).lower(), result
+
+
+def test_the_copied_script_grades_with_the_exported_memory_and_cpu_caps(results):
+    """Regression (issue 18): Gradescope runs the copy at /autograder/run_autograder, which looked for its
+    settings beside itself, missed them and graded with the defaults in silence (4G, 600 s). The probe
+    cell reports the caps its kernel actually ran under."""
+    result = results["probe"][0]
+    assert CAPS_SEEN in result["output"], result["output"]
+    assert scores(result)["Exercise 02"] == (EXERCISES["02"].points,) * 2, "the probe's answer is right"
+
+
+def test_the_copied_script_fails_loudly_without_its_settings(autograder, tmp_path):
+    """No swkv_gradescope.json under source/ nor beside the script: 0 points and a reason, never the defaults."""
+    root = gradescope_root(tmp_path, autograder, {MASK: spliced(MASK)}, config=False)
+    result, proc = run_autograder(root / "run_autograder", root)
+    assert result["score"] == 0 and "tests" not in result, result
+    assert "swkv_gradescope.json is missing" in result["output"], result["output"]
+    assert str(root / "source" / "swkv_gradescope.json") in result["output"], "it says where it looked"
+    assert "FileNotFoundError" in proc.stdout + proc.stderr, "the teacher's log (results/stdout) says so too"
+
+
+def test_an_unzipped_copy_run_in_place_reads_the_settings_beside_it(autograder, tmp_path):
+    """Outside Gradescope (a teacher trying the zip), the script finds its settings in its own folder."""
+    here = unzip(autograder, tmp_path / "unzipped")
+    root = tmp_path / "root"
+    root.mkdir()
+    result, proc = run_autograder(here / "run_autograder", root)
+    assert f"settings from {here / 'swkv_gradescope.json'}" in proc.stdout, proc.stdout[-1500:]
+    assert [t["name"].split(":")[0] for t in result["tests"]] == ["Exercise 02", "Exercise 03"]
+
+
+def test_setup_sh_installs_a_cpu_torch_at_the_course_floor_and_checks_python(autograder):
+    """setup.sh pins the floor pyproject declares (read here with tomllib, not from the wheel), on the CPU index."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    torch = next(d for d in project["dependencies"] if re.match(r"torch\b", d)).replace(" ", "")
+    floor = re.search(r">=(\d+)\.(\d+)", project["requires-python"]).groups()
+    with zipfile.ZipFile(autograder) as z:
+        setup = z.read("setup.sh").decode()
+    assert f'pip install -q "{torch}" --index-url https://download.pytorch.org/whl/cpu' in setup, setup
+    assert f"sys.version_info >= ({floor[0]}, {floor[1]})" in setup, setup
+    assert subprocess.run(["bash", "-n"], input=setup, text=True).returncode == 0, "setup.sh is valid bash"

@@ -18,17 +18,52 @@ import traceback
 
 import torch
 
-__all__ = ["ExerciseFailed", "call", "fail", "grid", "passed", "rehint", "show"]
+__all__ = ["TRACEBACK_ENV", "ExerciseFailed", "call", "fail", "grid", "passed", "rehint", "show"]
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the swkv_teach package
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+TRACEBACK_ENV = "SWKV_TRACEBACK"
+TRACEBACK_TIP = f"   (to see the full traceback: run `%env {TRACEBACK_ENV}=1` in a cell, then this check again)"
 
 
 class ExerciseFailed(AssertionError):
     """A learner's answer is not right yet; the message says which case, what was expected, and a hint.
 
     A subclass of AssertionError so test runners (nbval, pytest) report it as a failed check.
+
+    In a notebook the learner sees the message alone, not a traceback through ``swkv_teach/grading``:
+    IPython asks an exception for ``_render_traceback_()`` before formatting one (IPython 7.34.0,
+    ``IPython/core/interactiveshell.py`` line 2099, inside ``try``/``except Exception``; IPython 9,
+    line 2276, behind ``hasattr``). With the environment variable ``SWKV_TRACEBACK=1`` the attribute is
+    absent, so IPython prints its usual full traceback, the learner's own error included.
     """
+
+    @property
+    def _render_traceback_(self):
+        if os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0"):
+            self._unsuppress_chain()
+            raise AttributeError("_render_traceback_")  # IPython falls back to the full traceback
+        return self._message_lines
+
+    def _chain(self) -> list[BaseException]:
+        seen, e = [], self
+        while e is not None and all(e is not s for s in seen):
+            seen.append(e)
+            e = e.__cause__ or e.__context__
+        return seen
+
+    def _unsuppress_chain(self) -> None:
+        # the checks raise ``... from None`` so a learner never sees the grader's plumbing; debugging wants it
+        for e in self._chain():
+            e.__suppress_context__ = False
+
+    def _message_lines(self) -> list[str]:
+        lines = str(self).splitlines() or [type(self).__name__]
+        if any(not isinstance(e, ExerciseFailed) for e in self._chain()):
+            lines.append(TRACEBACK_TIP)  # something raised underneath: say how to see where
+        return lines
 
 
 def passed(text: str) -> None:

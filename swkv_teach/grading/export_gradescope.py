@@ -8,9 +8,20 @@ the zip holds ``setup.sh`` and ``run_autograder`` at its root; Gradescope extrac
 grade (``score``, ``output``, and ``tests`` with a ``name``, ``score``, ``max_score`` and
 ``output`` each), and only that file's ``output`` fields are shown to students.
 
-Ours adds the course package itself, as a wheel built from this checkout, so Gradescope grades
-with exactly the course's checks and needs no access to the repository. ``setup.sh`` installs it
-with a CPU build of torch into ``/autograder/venv``. ``run_autograder`` calls
+Gradescope runs the copy at ``/autograder/run_autograder``, not the one in ``source/``, so the
+script reads its settings (``swkv_gradescope.json``: exercises, timeout, memory, CPU) from
+``$AUTOGRADER_ROOT/source/`` first, then from beside itself, and fails the submission loudly, never
+falling back to defaults, when neither has them. ``AUTOGRADER_ROOT`` (default ``/autograder``) and
+``SWKV_PYTHON`` (default ``/autograder/venv/bin/python``) are ours, for running the autograder
+outside Gradescope; Gradescope sets neither.
+
+Ours adds the course package itself, as a wheel, so Gradescope grades with exactly the course's
+checks and needs no access to the repository: built from the checkout when the package runs from
+one, else repacked from the installed package's own files (``pip install swkv-teach`` is enough to
+export). ``setup.sh`` installs it, after a CPU build of torch at the course's floor (Gradescope's
+graders have no GPU), into ``/autograder/venv``, made from the image's ``python3`` (3.10 on
+Gradescope's default Ubuntu 22.04 image), which it leaves as it is: Gradescope's own harness runs
+on it. ``run_autograder`` calls
 ``python -m swkv_teach.grading.export_gradescope run``, which grades every ``.ipynb`` of the
 submission with :func:`~swkv_teach.grading.grade.grade_notebook` (the engine of
 ``swkv-teach grade``: a copy of each notebook in a fresh kernel, the official checks, per-cell
@@ -23,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -40,29 +52,33 @@ __all__ = ["autograde", "export_gradescope", "main"]
 CONFIG_NAME = "swkv_gradescope.json"
 
 SETUP_SH = """#!/usr/bin/env bash
-# Gradescope runs this once, as root, when it builds the autograder image (Ubuntu).
+# Gradescope runs this once, as root, when it builds the autograder image (Ubuntu; 22.04 by default).
 set -euo pipefail
 cd /autograder/source
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq python3 python3-venv python3-pip >/dev/null
+# A venv of its own: the image's python3 stays untouched, Gradescope's harness runs on it.
+python3 -c 'import sys; sys.exit(0 if sys.version_info >= {python_floor!r} else "swkv-teach needs Python >= {python_text}; this image has " + sys.version.split()[0] + ": choose a newer base image (Ubuntu 22.04 has 3.10)")'
 python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install -q --upgrade pip
-# a CPU build of torch: Gradescope's graders have no GPU, and the CUDA wheels are gigabytes
-/autograder/venv/bin/pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+# torch at the course's floor, a CPU build: Gradescope's graders have no GPU, and the CUDA wheels are gigabytes
+/autograder/venv/bin/pip install -q "{torch}" --index-url https://download.pytorch.org/whl/cpu
 /autograder/venv/bin/pip install -q ./{wheel} ipykernel
-/autograder/venv/bin/python -c "import swkv_teach, ipykernel; print('swkv-teach', swkv_teach.__version__, 'installed')"
+/autograder/venv/bin/python -c "import swkv_teach, torch, ipykernel; print('swkv-teach', swkv_teach.__version__, 'with torch', torch.__version__, 'installed')"
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
-# Gradescope runs this once per submission, from /autograder. It always leaves a results.json.
+# Gradescope copies this script to /autograder/run_autograder and runs it there, once per submission,
+# from /autograder; the zip itself is unpacked in /autograder/source. It always leaves a results.json.
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
-SOURCE="$(cd "$(dirname "$0")" && pwd)"
+HERE="$(cd "$(dirname "$0")" && pwd)"
 PYTHON="${SWKV_PYTHON:-/autograder/venv/bin/python}"
 [ -x "$PYTHON" ] || PYTHON="$(command -v python3)"
 mkdir -p "$ROOT/results"
 rm -f "$ROOT/results/results.json"
-"$PYTHON" -m swkv_teach.grading.export_gradescope run --root "$ROOT" --config "$SOURCE/swkv_gradescope.json"
+"$PYTHON" -m swkv_teach.grading.export_gradescope run --root "$ROOT" \\
+    --config "$ROOT/source/swkv_gradescope.json" --config "$HERE/swkv_gradescope.json"
 status=$?
 if [ ! -s "$ROOT/results/results.json" ]; then
     # Python itself failed (not installed, killed): still a grade and a reason, never a crash
@@ -72,23 +88,26 @@ exit 0
 """
 
 
-def _project_root() -> Path:
+def _project_root() -> Path | None:
+    """The course checkout this package runs from (an editable install or the source tree), or None."""
     root = Path(__file__).resolve().parents[2]
-    if not (root / "pyproject.toml").exists():
-        raise ValueError(f"{root} is not the course checkout (no pyproject.toml): export from a clone of the course")
-    return root
+    pyproject = root / "pyproject.toml"
+    if pyproject.exists() and 'name = "swkv-teach"' in pyproject.read_text():
+        return root
+    return None
 
 
 def build_wheel(project: Path, dest: Path) -> Path:
     """The course package as a wheel in ``dest`` (offline: uses the installed setuptools).
 
-    Built from a clean copy of what the package needs, never in the checkout, where setuptools'
-    ``build/`` folder would keep, and ship, modules deleted since an earlier build.
+    Built from a clean copy of what the package needs (pyproject maps ``exercises/`` into the
+    package as ``swkv_teach/released/``), never in the checkout, where setuptools' ``build/``
+    folder would keep, and ship, modules deleted since an earlier build.
     """
     with tempfile.TemporaryDirectory(prefix="swkv-wheel-") as tmp:
         src, wheels_dir = Path(tmp) / "src", Path(tmp) / "wheels"
-        shutil.copytree(project / "swkv_teach", src / "swkv_teach",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for name in ("swkv_teach", "exercises"):
+            shutil.copytree(project / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.bak-*"))
         for name in ("pyproject.toml", "README.md"):
             shutil.copy(project / name, src / name)
         run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
@@ -97,6 +116,65 @@ def build_wheel(project: Path, dest: Path) -> Path:
         if run.returncode or len(wheels) != 1:
             raise ValueError(f"building the course wheel failed:\n{run.stdout[-1500:]}{run.stderr[-1500:]}")
         return Path(shutil.copy(wheels[0], dest / wheels[0].name))
+
+
+_NOT_IN_WHEEL = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}  # written by the installer, not the wheel
+
+
+def repack_installed(dest: Path) -> Path:
+    """The installed course package as a wheel in ``dest``, rebuilt from the files its RECORD lists.
+
+    An installed wheel keeps every file it shipped (code, data, released exercises, ``*.dist-info``
+    with ``METADATA``, ``WHEEL`` and ``entry_points.txt``); what the installer added (compiled
+    ``.pyc``, console scripts outside site-packages, ``INSTALLER``, ``direct_url.json``) is left out
+    and a new ``RECORD`` is written, as the wheel format asks (PEP 427).
+    """
+    import base64
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        dist = distribution("swkv-teach")
+    except PackageNotFoundError:
+        raise ValueError("swkv-teach is neither a checkout nor an installed package here; pip install it first") from None
+    wheel_meta = dist.read_text("WHEEL") or ""
+    tags = [ln.split(":", 1)[1].strip() for ln in wheel_meta.splitlines() if ln.startswith("Tag:")]
+    if not tags:
+        raise ValueError(f"cannot rebuild a wheel from {dist.locate_file('')}: its dist-info has no WHEEL tag "
+                         "(an editable or legacy install?); export from the course checkout instead")
+    files = [f for f in dist.files or [] if not str(f).startswith("..") and "__pycache__" not in f.parts
+             and not (f.parts[0].endswith(".dist-info") and f.name in _NOT_IN_WHEEL)]
+    info_dir = next(f.parts[0] for f in files if f.parts[0].endswith(".dist-info"))
+    name = f"{info_dir.removesuffix('.dist-info')}-{tags[0]}.whl"
+    record = []
+    target = dest / name
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in sorted(files, key=str):
+            data = Path(dist.locate_file(f)).read_bytes()
+            z.writestr(str(f), data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{f},sha256={digest},{len(data)}")
+        record.append(f"{info_dir}/RECORD,,")
+        z.writestr(f"{info_dir}/RECORD", "\n".join(record) + "\n")
+    return target
+
+
+def course_wheel(dest: Path) -> Path:
+    """The wheel the autograder installs: built from the checkout when there is one, else repacked from the install."""
+    project = _project_root()
+    return build_wheel(project, dest) if project else repack_installed(dest)
+
+
+def _setup_sh(wheel: Path) -> str:
+    """``setup.sh`` for ``wheel``: its torch requirement and Python floor, read from the wheel's own METADATA."""
+    with zipfile.ZipFile(wheel) as z:
+        meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    torch = next((ln.split(":", 1)[1].strip() for ln in meta.splitlines() if ln.startswith("Requires-Dist:")
+                  and re.match(r"torch\b", ln.split(":", 1)[1].strip()) and "extra" not in ln), "torch")
+    floor = re.search(r">=\s*(\d+)\.(\d+)", next((ln for ln in meta.splitlines() if ln.startswith("Requires-Python:")), ""))
+    python_floor = (int(floor.group(1)), int(floor.group(2))) if floor else (3, 10)
+    return SETUP_SH.format(wheel=wheel.name, torch=torch.replace(" ", ""), python_floor=python_floor,
+                           python_text=".".join(map(str, python_floor)))
 
 
 def _exercise_ids(spec: str | None, default: list[str] | None = None) -> list[str]:
@@ -110,27 +188,31 @@ def _exercise_ids(spec: str | None, default: list[str] | None = None) -> list[st
 
 
 def export_gradescope(out: Path, exercises: str | None = None, timeout: float = 60, memory: str = "4G",
-                      cpu: float = 600, solutions: Path = Path("solutions")) -> Path:
+                      cpu: float = 600, solutions: Path | None = None) -> Path:
     """Write ``out/autograder.zip``; return its path.
 
-    It grades ``exercises`` (comma-separated ids), by default every exercise whose solution notebook
-    ships in ``solutions/``: what the class was given, each worth the registry's points.
+    It grades ``exercises`` (comma-separated ids), by default every exercise the class was given:
+    those whose solution notebooks are in ``solutions`` (default ``./solutions`` when it exists), else
+    those of the released exercises shipped with the package. Each is worth the registry's points.
     """
     from swkv_teach.grading.export_nbgrader import released_exercises
     from swkv_teach.grading.limits import parse_size
+    from swkv_teach.grading.students import packaged_released
 
-    shipped = released_exercises(solutions) if solutions.is_dir() else []
+    if solutions is None:
+        solutions = Path("solutions") if Path("solutions").is_dir() else packaged_released()
+    shipped = released_exercises(solutions) if solutions and solutions.is_dir() else []
     if not exercises and not shipped:
-        raise ValueError(f"no exercise notebooks in {solutions}/: run from the course checkout, or pass --exercises")
+        raise ValueError(f"no exercise notebooks in {solutions}: pass --exercises, or --solutions PATH")
     ids = _exercise_ids(exercises, shipped)
     parse_size(memory)  # fail here, not on Gradescope
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="swkv-gradescope-") as tmp:
-        wheel = build_wheel(_project_root(), Path(tmp))
+        wheel = course_wheel(Path(tmp))
         config = {"exercises": ids, "timeout": timeout, "memory": memory, "cpu": cpu}
         target = out / "autograder.zip"
         with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
-            for name, text in (("setup.sh", SETUP_SH.format(wheel=wheel.name)), ("run_autograder", RUN_AUTOGRADER)):
+            for name, text in (("setup.sh", _setup_sh(wheel)), ("run_autograder", RUN_AUTOGRADER)):
                 info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
                 info.external_attr = (stat.S_IFREG | 0o755) << 16  # executable once unzipped
                 z.writestr(info, text)
@@ -207,13 +289,19 @@ def _write(root: Path, results: dict) -> None:
 def _run(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m swkv_teach.grading.export_gradescope run")
     ap.add_argument("--root", type=Path, default=Path(os.environ.get("AUTOGRADER_ROOT", "/autograder")))
-    ap.add_argument("--config", type=Path, default=None, help=f"the zip's {CONFIG_NAME}")
+    ap.add_argument("--config", type=Path, action="append", default=[],
+                    help=f"where the zip's {CONFIG_NAME} may be (repeat: the first that exists is read)")
     args = ap.parse_args(argv)
     try:
-        config = json.loads(args.config.read_text()) if args.config and args.config.exists() else {}
-        exercises = _exercise_ids(",".join(config.get("exercises", [])) or None)
-        results = autograde(args.root, exercises, timeout=config.get("timeout", 60),
-                            memory=config.get("memory", "4G"), cpu=config.get("cpu", 600))
+        found = next((p for p in args.config if p.is_file()), None)
+        if found is None:  # never grade with defaults the teacher did not choose
+            looked = ", ".join(map(str, args.config)) or "nowhere (no --config)"
+            raise FileNotFoundError(f"{CONFIG_NAME} is missing (looked in {looked}): upload the autograder.zip "
+                                    "that `swkv-teach export gradescope` wrote, unchanged")
+        config = json.loads(found.read_text())
+        print(f"swkv-teach autograder: settings from {found}: {json.dumps(config)}")
+        exercises = _exercise_ids(",".join(config["exercises"]))
+        results = autograde(args.root, exercises, timeout=config["timeout"], memory=config["memory"], cpu=config["cpu"])
         print(results["output"])
     except Exception as e:  # never leave Gradescope without a results file
         traceback.print_exc()
@@ -229,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="swkv-teach export gradescope", description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path, help="folder to write autograder.zip into")
     ap.add_argument("--exercises", default=None, help="comma-separated exercise ids graded (default: all in --solutions)")
-    ap.add_argument("--solutions", type=Path, default=Path("solutions"), help="solution notebooks (default: solutions)")
+    ap.add_argument("--solutions", type=Path, default=None,
+                    help="solution (or released exercise) notebooks naming the exercises graded (default: ./solutions "
+                         "if it exists, else the exercises shipped with the package)")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per cell (default 60)")
     ap.add_argument("--memory", default="4G", help="address-space cap per notebook kernel (default 4G)")
     ap.add_argument("--cpu", type=float, default=600, help="CPU seconds per notebook kernel (default 600)")

@@ -10,7 +10,8 @@ For each notebook (or every ``*.ipynb`` under a folder) it
    *official* check of each exercise (from :data:`~swkv_teach.grading.EXERCISES`,
    not the submission's possibly edited check cell) on what the notebook defined;
    the kernel is capped (:mod:`.limits`: address space ``--memory``, CPU time
-   ``--cpu``), and the row says which cap a notebook hit;
+   ``--cpu``), and the row says which cap a notebook hit; it talks to the grader
+   over Unix sockets, not TCP ports (:mod:`.kernel`), where the platform has them;
 4. writes ``gradebook.csv`` (one row per notebook: points per exercise, total,
    max, status, reason) and ``feedback/<notebook>.txt`` with each check's message;
    for folders laid out ``SUBMISSIONS/<student>/*.ipynb`` also ``students.csv``
@@ -120,6 +121,9 @@ def _grade(path: Path, timeout: float, row: dict, limits: Limits) -> dict:
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
+    from traitlets.config import Config
+
+    from swkv_teach.grading.kernel import ipc_config
 
     try:
         data = path.read_bytes()
@@ -143,11 +147,14 @@ def _grade(path: Path, timeout: float, row: dict, limits: Limits) -> dict:
     learner_cells = len(nb.cells)
     nb.cells += [_official_check(i, nonce) for i in ids]
 
+    sockets = tempfile.TemporaryDirectory(prefix="swkv-ipc-")  # private (0700), apart from the notebook's cwd
+    config = Config()
+    config.KernelManager.update(ipc_config(sockets.name))
     client = NotebookClient(
         nb, timeout=timeout, kernel_name="python3", allow_errors=True, interrupt_on_timeout=True,
         error_on_timeout={"ename": CHECK_TIMEOUT_ENAME, "evalue": f"the cell ran longer than {timeout:g} s and was "
                           "interrupted (an infinite loop?)", "traceback": []},
-        record_timing=False, startup_timeout=120,
+        record_timing=False, startup_timeout=120, config=config,
     )
     timed_out: set[int] = set()
 
@@ -157,7 +164,7 @@ def _grade(path: Path, timeout: float, row: dict, limits: Limits) -> dict:
 
     client.on_cell_executed = note_timeout
     died_at, death, uncapped = None, None, None
-    with tempfile.TemporaryDirectory(prefix="swkv-grade-") as scratch:
+    with sockets, tempfile.TemporaryDirectory(prefix="swkv-grade-") as scratch:
         client.resources = {"metadata": {"path": scratch}}
         try:
             with client.setup_kernel():

@@ -7,7 +7,7 @@ from the released exercise outside the answer regions.
 
 ``changed`` compares code cells with the released notebook of the same exercise (found in
 ``--released``, through its check cells' ``swkv`` metadata; by default ``./exercises``, else
-the ``exercises/`` beside the installed package, see :func:`default_released`):
+the exercises shipped with the package, see :func:`default_released`):
 
 - the check cell must be there, unchanged (the official check decides the points anyway:
   the flag says a student edited or deleted it, not that the grade is wrong);
@@ -28,7 +28,7 @@ import nbformat
 
 from swkv_teach.grading import EXERCISES
 
-__all__ = ["changes", "default_released", "released_by_exercise", "student_of", "write_students"]
+__all__ = ["changes", "default_released", "packaged_released", "released_by_exercise", "student_of", "write_students"]
 
 ASK_RELEASED = "pass --released PATH (the course's exercises/ folder)"
 
@@ -57,20 +57,21 @@ def released_by_exercise(released: Path | None) -> dict[str, object]:
     return found
 
 
-def default_released(cwd: Path | None = None) -> Path | None:
-    """``--released`` when not given: ``./exercises`` if it exists, else the exercises shipped with the package.
-
-    The package's own copy is ``exercises/`` inside it or beside it (a source checkout or an editable
-    install); None when neither has released exercises, and the rows then ask for ``--released``.
-    """
-    here = (cwd or Path.cwd()) / "exercises"
-    if here.is_dir():
-        return here
+def packaged_released() -> Path | None:
+    """The released exercises that come with the package: ``swkv_teach/released/`` in an installed wheel
+    (pyproject maps the course's ``exercises/`` there at build time), else ``exercises/`` beside the
+    package in a checkout or an editable install; None when neither holds any."""
     package = Path(__file__).resolve().parent.parent
-    for candidate in (package / "exercises", package.parent / "exercises"):
+    for candidate in (package / "released", package.parent / "exercises"):
         if released_by_exercise(candidate):
             return candidate
     return None
+
+
+def default_released(cwd: Path | None = None) -> Path | None:
+    """``--released`` when not given: ``./exercises`` if it exists, else :func:`packaged_released`."""
+    here = (cwd or Path.cwd()) / "exercises"
+    return here if here.is_dir() else packaged_released()
 
 
 def _role(cell) -> tuple[str | None, str]:
