@@ -207,6 +207,37 @@ def test_decode_targets_take_the_worst_window_and_judge_in_a_full_run():
     assert quick["decode_same_tokens"]["met"] is False, "a target for any window is judged in every run"
 
 
+def test_ring_flat_in_window_is_net_of_the_floors_growth():
+    """Regression (issue 24): the ring's growth from the smallest to the largest window is judged after taking off
+    what the floor (two copy_ into ready slots) grew by, since a larger buffer costs the floor too (caches, TLB).
+    Hand-worked: windows 64, 512, 4096 (rows shuffled); floor 1.0 -> 1.5 us, so growth 0.5.
+    Ring 1.2 -> 1.8: (1.8 - 0.5) / 1.2 = 1.083, met (ignoring the floor: 1.5, missed).
+    Ring 1.2 -> 2.4: (2.4 - 0.5) / 1.2 = 1.583, missed (adding the growth instead would read 2.42)."""
+    from swkv_teach.bench.report import targets
+
+    def rows(ring_hi):
+        r = [_update_row(4096, "ring", ring_hi), _update_row(64, "floor", 1.0), _update_row(512, "ring", 1.5),
+             _update_row(4096, "floor", 1.5), _update_row(64, "ring", 1.2), _update_row(512, "floor", 1.2)]
+        return r
+
+    flat = targets(rows(1.8), [], judged=True)["ring_flat_in_window"]
+    assert math.isclose(flat["value"], (1.8 - 0.5) / 1.2, rel_tol=1e-12) and flat["met"] is True
+    grown = targets(rows(2.4), [], judged=True)["ring_flat_in_window"]
+    assert math.isclose(grown["value"], (2.4 - 0.5) / 1.2, rel_tol=1e-12) and grown["met"] is False
+    assert targets(rows(1.8), [], judged=False)["ring_flat_in_window"]["met"] is None, "a quick run judges nothing"
+    one = targets([_update_row(64, "floor", 1.0), _update_row(64, "ring", 1.2)], [], judged=True)
+    assert one["ring_flat_in_window"]["value"] is None, "one window: no growth to measure"
+
+
+def test_memory_flat_means_no_reading_moved_not_the_first_equals_the_last():
+    """A cache that grows and then frees back ends where it began, but it was not flat (hand-made readings)."""
+    from swkv_teach.bench.decode import memory_run
+
+    readings = iter([100, 100, 900, 100, 100, 100])
+    out = memory_run(lambda: None, 6, torch.device("cpu"), lambda: next(readings))
+    assert out["flat"] is False and out["allocated"] == {"first": 100, "last": 100, "min": 100, "max": 900}
+
+
 def test_memory_flat_target_reads_the_long_runs():
     from swkv_teach.bench.report import targets
 

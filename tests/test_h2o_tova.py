@@ -189,6 +189,66 @@ def test_the_oracle_functions_agree_with_the_caches():
     torch.testing.assert_close(h2o.scores(), scores)
 
 
+# ------------------------------------------------------------------ ties, worked by hand (issue 24)
+# The test above compares two functions that share eviction_order, and random weights never tie: it passed with
+# ties broken the wrong way. These pin the rule "lowest score first, the OLDEST position first among ties".
+def one_query(*weights):
+    return torch.tensor(weights, dtype=torch.float32).view(1, 1, 1, -1)
+
+
+def test_tova_keep_breaks_a_three_way_tie_by_evicting_the_oldest():
+    """Keys in slot order [4, 1, 3, 0, 2], newest query's weights [0.2, 0.1, 0.1, 0.1, 0.5], budget 3:
+    two must go, all from the tie at 0.1 among positions 1, 3, 0; the oldest two are 0 and 1, so 2, 3, 4 stay."""
+    kept = tova_keep(one_query(0.2, 0.1, 0.1, 0.1, 0.5), torch.tensor([4, 1, 3, 0, 2]), 3)
+    assert kept.tolist() == [2, 3, 4]
+
+
+def test_h2o_keep_breaks_ties_oldest_first_outside_the_protected_window():
+    """Positions [2, 0, 4, 1, 3] (slot order) with old scores 0, this step's weights tie 0, 1, 2 at 1/3 and give
+    3 and 4 nothing; recent = 2 protects 3 and 4 (> 4 - 2). Budget 3: drop the oldest two of the tie, 0 and 1.
+    Budget 2: drop all three, however low 3 and 4 score."""
+    positions = torch.tensor([2, 0, 4, 1, 3])
+    w = one_query(1 / 3, 1 / 3, 0.0, 1 / 3, 0.0)
+    kept, scores = h2o_keep(torch.zeros(5), w, positions, 3, 2)
+    assert kept.tolist() == [2, 3, 4]
+    torch.testing.assert_close(scores, torch.tensor([1 / 3, 0.0, 0.0]))
+    assert h2o_keep(torch.zeros(5), w, positions, 2, 2)[0].tolist() == [3, 4]
+
+
+def test_h2o_keep_adds_every_query_and_the_old_scores_before_ranking():
+    """Old scores [0.5, 0, 0.2] at positions [0, 1, 2]; two queries give [0.1, 0.6, 0.3] and [0.2, 0.3, 0.5]:
+    totals 0.8, 0.9, 1.0 -> budget 2, recent 0 evicts 0 (0.8), though it was ahead before this step."""
+    w = torch.tensor([[0.1, 0.6, 0.3], [0.2, 0.3, 0.5]]).view(1, 1, 2, 3)
+    kept, scores = h2o_keep(torch.tensor([0.5, 0.0, 0.2]), w, torch.tensor([0, 1, 2]), 2, 0)
+    assert kept.tolist() == [1, 2]
+    torch.testing.assert_close(scores, torch.tensor([0.9, 1.0]))
+
+
+def feed_one_by_one(cache, weights_per_step):
+    k, v = stream(len(weights_per_step))
+    for t, w in enumerate(weights_per_step):
+        cache.update(k[:, :, t : t + 1], v[:, :, t : t + 1])
+        if w is not None:
+            cache.observe(torch.tensor(w).view(1, 1, 1, -1).expand(B, H, 1, -1))
+    return cache
+
+
+def test_the_tova_cache_evicts_the_oldest_of_a_tie():
+    """Budget 3. After token 2: newest weights [0.2, 0.4, 0.4] -> token 3 evicts 0 (slots now hold 3, 1, 2).
+    Weights over [3, 1, 2] = [0.4, 0.3, 0.3]: 1 and 2 tie, so token 4 evicts 1, the older: 2, 3, 4 stay."""
+    cache = feed_one_by_one(TOVAKVCache(3), [[1.0], [0.5, 0.5], [0.2, 0.4, 0.4], [0.4, 0.3, 0.3], None])
+    assert cache.stored_positions().tolist() == [2, 3, 4]
+
+
+def test_the_h2o_cache_evicts_the_oldest_of_a_tie_and_keeps_its_recent_window():
+    """Budget 3, recent 1. Scores after three steps: token 0 gets 1 + 0 + 0, token 1 gets 1 + 0, token 2 gets 1:
+    a three-way tie at 1.0, so token 3 evicts 0, the oldest. With recent 1 nothing stored is protected then
+    (the window is token 3 itself)."""
+    cache = feed_one_by_one(H2OKVCache(3, 1), [[1.0], [0.0, 1.0], [0.0, 0.0, 1.0], None])
+    assert cache.stored_positions().tolist() == [1, 2, 3]
+    torch.testing.assert_close(cache.scores(), torch.tensor([1.0, 1.0, 0.0]))
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
 def test_any_float_dtype_and_weights_in_another_dtype(dtype, device):
     cache = H2OKVCache(3, 1)

@@ -82,6 +82,72 @@ def test_integer_input_is_refused():
         quantize_int8(torch.ones(2, 3, dtype=torch.long))
 
 
+# ------------------------------------------------------------------ the edges of the dtypes (issue 24)
+TINY = 2.0**-149  # float32's smallest subnormal
+
+
+def test_a_subnormal_absmax_keeps_every_sign_and_stays_in_minus_127_127():
+    """Regression (issue 24, the clamp removed): absmax = 190 subnormal steps, so absmax / 127 rounds to ONE step
+    and x / scale = 190 > 127; without the clamp 190 wraps to -66 in int8, turning the loudest key negative."""
+    x = torch.tensor([[190.0, -190.0, 95.0, 1.0, 0.0]]) * TINY
+    assert x[0, 0].item() == 190 * TINY, "the test needs float32's subnormals (no flush-to-zero)"
+    q, scale = quantize_int8(x)
+    assert scale.item() == TINY, "190 / 127 = 1.5 steps, rounded to 1"
+    assert q.tolist() == [[127, -127, 95, 1, 0]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_subnormal_and_tiny_tokens_never_flip_a_sign(dtype):
+    """Tokens whose absmax is 1..300 of the dtype's smallest subnormal steps, or its smallest normal."""
+    smallest = torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps  # the smallest subnormal
+    steps = torch.tensor([1.0, 2.0, 3.0, 127.0, 128.0, 190.0, 254.0, 300.0])
+    g = torch.Generator().manual_seed(0)
+    signs = torch.where(torch.rand(len(steps), 6, generator=g) < 0.5, -1.0, 1.0)
+    x = (steps[:, None] * signs * torch.rand(len(steps), 6, generator=g).clamp_min(0.1)).to(torch.float64)
+    x[:, 0] = steps * signs[:, 0]  # each row's absmax, exactly
+    x = torch.cat([x * smallest, torch.full((1, 6), torch.finfo(dtype).smallest_normal, dtype=torch.float64)])
+    x = x.to(dtype)
+    q, _ = quantize_int8(x)
+    assert int(q.abs().max()) <= 127
+    assert bool((torch.sign(q.double()) * torch.sign(x.double()) >= 0).all()), (x.tolist(), q.tolist())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_largest_finite_values_of_half_dtypes_come_back_finite_and_exact(dtype):
+    big = torch.finfo(dtype).max
+    x = torch.tensor([[big, -big, 0.0, big / 2]], dtype=dtype)
+    q, scale = quantize_int8(x)
+    assert q[0, :3].tolist() == [127, -127, 0]
+    back = dequantize_int8(q, scale, dtype)
+    assert bool(torch.isfinite(back).all()), back
+    assert back[0, :3].tolist() == [big, -big, 0.0]
+    assert_within_half_a_step(back, x)
+
+
+@pytest.mark.xfail(strict=True, reason="library bug (issue 24): 127 * fl(max / 127) overflows float32 arithmetic")
+def test_the_largest_finite_float32_comes_back_finite():
+    """float32's max: the scale fl(max / 127) rounds up, and 127 * scale in float32 is inf, not max."""
+    big = torch.finfo(torch.float32).max
+    x = torch.tensor([[big, -big, 1.0]])
+    q, scale = quantize_int8(x)
+    assert q[0, :2].tolist() == [127, -127]
+    back = dequantize_int8(q, scale, torch.float32)
+    assert bool(torch.isfinite(back).all()), back
+    assert_within_half_a_step(back, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_dequantisation_multiplies_in_float32_and_rounds_once_to_the_output_dtype(dtype):
+    """Regression (issue 24): q.to(dtype) * scale.to(dtype) rounds the scale to 11 (8) bits first, then the product:
+    two roundings. The exact product q * scale rounded once to the dtype is the specification."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 8, 64, generator=g) * 10 ** torch.randint(-3, 3, (4, 8, 1), generator=g)
+    q, scale = quantize_int8(x.to(dtype))
+    got = dequantize_int8(q, scale, dtype)
+    assert got.dtype == dtype
+    assert torch.equal(got, (q.double() * scale.double()).to(dtype))
+
+
 # ------------------------------------------------------------------ the cache vs the ring
 def check_stream(W, chunks, dtype=torch.float32, device="cpu", batch=B):
     k, v = stream(sum(chunks), W * 100 + len(chunks), dtype, device, batch)

@@ -161,6 +161,29 @@ def test_a_small_pool_serves_interleaved_sequences_far_longer_than_itself():
     assert n_seq * T > 20 * pool.num_blocks * bs
 
 
+@pytest.mark.parametrize("W,bs,bound", [
+    (1, 1, 1), (2, 1, 2), (3, 2, 2), (4, 2, 3), (4, 4, 2), (5, 4, 2), (6, 4, 3), (8, 4, 3), (9, 4, 3),
+    (16, 16, 2), (17, 16, 2), (18, 16, 3),
+])
+def test_the_block_bound_is_hand_worked_and_reached_by_a_real_sequence(W, bs, bound):
+    """Regression (issue 24, a wrong block bound): W consecutive tokens straddle at most ceil((W - 1) / bs) + 1
+    blocks, worked by hand per row (W = 5, bs = 4: tokens 3..7 span blocks 0 and 1, never three). A real sequence
+    fed one token at a time holds exactly that many blocks at its worst, and a pool one block smaller runs out."""
+    assert PagedKVCache.max_blocks(W, bs) == bound
+    pool = BlockPool(64, bs)
+    cache = PagedKVCache(pool, W)
+    worst = 0
+    for t in range(3 * (W + bs)):
+        cache.update(*tokens(1, t))
+        worst = max(worst, len(cache.block_table))
+    assert worst == bound
+    if bound > 1:
+        small = PagedKVCache(BlockPool(bound - 1, bs), W)
+        with pytest.raises(PoolExhausted):
+            for t in range(3 * (W + bs)):
+                small.update(*tokens(1, t))
+
+
 def test_a_pool_of_exactly_the_bound_serves_one_sequence_forever():
     """A step may return one block and take another: the returned one must count as free (W = 5, bs = 4)."""
     W, bs = 5, 4

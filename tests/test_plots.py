@@ -8,7 +8,6 @@ import torch
 from matplotlib.colors import to_hex
 
 from swkv_teach.caches import LRUKVCache, SlidingWindowKVCache, make_cache
-from swkv_teach.masks import sliding_window_mask, window_mask
 from swkv_teach.plots import (
     STATE_COLORS,
     plot_attention_band,
@@ -89,23 +88,64 @@ def test_slots_show_what_each_ring_slot_holds_and_where_the_next_token_goes(poli
     assert changed == [round(arrow.xy[0])]
 
 
-def test_band_is_the_library_mask_with_the_current_row_and_held_keys():
+# The bands drawn, written out by hand (issue 24: comparing with sliding_window_mask / window_mask, which the plot
+# itself calls, passed with the window rule broken). Row i = query i, column j = key j; W = 4: i - 4 < j <= i.
+BAND_W4 = [
+    "1.............",
+    "11............",
+    "111...........",
+    "1111..........",
+    ".1111.........",
+    "..1111........",
+    "...1111.......",
+    "....1111......",
+    ".....1111.....",
+    "......1111....",
+    ".......1111...",
+    "........1111..",
+    ".........1111.",
+    "..........1111",
+]
+# and with 2 sinks: columns 0 and 1 stay open to every later query
+BAND_W4_SINKS2 = [
+    "1.............",
+    "11............",
+    "111...........",
+    "1111..........",
+    "11111.........",
+    "111111........",
+    "11.1111.......",
+    "11..1111......",
+    "11...1111.....",
+    "11....1111....",
+    "11.....1111...",
+    "11......1111..",
+    "11.......1111.",
+    "11........1111",
+]
+
+
+def band(rows):
+    assert len(rows) == STEPS and all(len(r) == STEPS for r in rows)
+    return torch.tensor([[c == "1" for c in r] for r in rows])
+
+
+def test_band_is_the_hand_worked_band_with_the_current_row_and_held_keys():
     step = 7
     fig = plot_attention_band(record("ring", W, STEPS), step)
     ax = fig.axes[0]
     image = [im for im in ax.images if im.get_gid() == "mask"][0]
-    assert torch.equal(torch.as_tensor(image.get_array() > 0), sliding_window_mask(STEPS, W))
+    assert torch.equal(torch.as_tensor(image.get_array() > 0), band(BAND_W4))
     row = [p for p in ax.patches if p.get_gid() == "query-row"][0]
     assert row.get_y() == pytest.approx(step - 0.5)
     held = [line for line in ax.lines if line.get_gid() == "held"][0]
     assert set(held.get_xdata()) == set(range(step - W + 1, step + 1))
 
 
-def test_band_with_sinks_opens_the_sink_columns_and_flags_lru_keys_outside_the_window():
+def test_band_with_sinks_opens_the_sink_columns_by_hand_and_flags_lru_keys_outside_the_window():
     fig = plot_attention_band(record("sinks", W, STEPS, num_sinks=SINKS), 10)
     grid = [im for im in fig.axes[0].images if im.get_gid() == "mask"][0].get_array()
-    pos = torch.arange(STEPS)
-    assert torch.equal(torch.as_tensor(grid > 0), window_mask(pos, pos, W, SINKS))
+    assert torch.equal(torch.as_tensor(grid > 0), band(BAND_W4_SINKS2))
     fig = plot_attention_band(record("lru", W, STEPS, access_pattern="0"), 10)
     outside = [line for line in fig.axes[0].lines if line.get_gid() == "held-outside"][0]
     assert list(outside.get_xdata()) == [0]
