@@ -15,7 +15,7 @@ NBVAL      := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.c
 # JupyterLab refuses to run as root without this (containers, Colab-like VMs).
 ROOT_FLAG  := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test gpu-check exercises bench clean
+.PHONY: lab test gpu-check exercises bench mutation clean
 
 $(BIN)/python:
 	@$(PYTHON) -c "import sys; sys.exit(0 if sys.version_info >= (3, 10) else 'swkv-teach needs Python >= 3.10; $(PYTHON) is ' + sys.version.split()[0] + ' (try: make PYTHON=python3.11 ...)')"
@@ -46,6 +46,12 @@ exercises: $(VENV)/.installed-lab
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m swkv_teach.bench
+
+# On demand, not in every CI run (slow: one pytest run per mutant). Plants each mutant of
+# tests/mutants/catalogue.py in a temporary copy of the project and reports the kill rate.
+MUTATION_ARGS ?=
+mutation: $(VENV)/.installed-test
+	OMP_NUM_THREADS=$(TEST_THREADS) $(BIN)/python tools/mutation.py $(MUTATION_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
