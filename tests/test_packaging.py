@@ -145,3 +145,15 @@ def test_required_dependencies_are_all_preinstalled_on_colab_at_versions_they_ac
         assert version is not None, f"Colab's {req.name} has no version in the list"
         assert req.specifier.contains(version, prereleases=True), (
             f"{text!r} rejects Colab's {req.name}=={version}: the set-up cell would replace Colab's copy")
+
+
+# ------------------------------------------------------------------ the wheel: every package, the released exercises
+def test_every_package_is_listed_and_the_released_exercises_are_mapped_into_the_package():
+    """pyproject lists the packages (a package-dir mapping rules out `packages.find`): a new subpackage
+    left out of the list would be missing from every wheel, so the list must equal what is on disk."""
+    setuptools_cfg = pyproject()["tool"]["setuptools"]
+    on_disk = {".".join(p.relative_to(ROOT).parts[:-1]) for p in (ROOT / "swkv_teach").rglob("__init__.py")}
+    assert set(setuptools_cfg["packages"]) == on_disk | {"swkv_teach.released"}, on_disk
+    assert setuptools_cfg["package-dir"] == {"swkv_teach.released": "exercises"}
+    assert setuptools_cfg["package-data"]["swkv_teach.released"] == ["*.ipynb"]
+    assert not list((ROOT / "swkv_teach").glob("released")), "no second copy of exercises/ in git"
