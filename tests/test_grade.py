@@ -286,3 +286,22 @@ def test_a_kernel_spinning_past_its_cpu_time_is_stopped_and_the_row_says_so(tmp_
     assert row["status"] == "cpu limit", row
     assert "6 s of CPU time" in row["reason"] and "cell 1 of 2" in row["reason"], row
     assert row["total"] == "0"
+
+
+def test_grading_kernels_talk_over_ipc_and_print_no_tcp_warning(tmp_path, capfd):
+    """Regression (issue 18): every graded notebook printed ipykernel's "Kernel is running over TCP without
+    encryption" warning (60 times for a class of six). The first cell reports its own kernel's transport."""
+    nb = spliced(MASK)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(
+        "import json\nfrom ipykernel.connect import get_connection_info\n"
+        "raise RuntimeError('transport ' + json.loads(get_connection_info())['transport'])"))
+    nbformat.write(nb, tmp_path / MASK)
+    out = tmp_path / "out"
+    assert main([str(tmp_path / MASK), "--out", str(out), "--timeout", "60"]) == 0
+    printed = capfd.readouterr()
+    row = next(csv.DictReader((out / "gradebook.csv").open()))
+    assert "RuntimeError: transport ipc" in row["reason"], row
+    assert row["ex02"] == "2", "the probe cell does not stop the check"
+    feedback = next((out / "feedback").glob("*.txt")).read_text()
+    for text in (printed.out, printed.err, feedback):
+        assert "without encryption" not in text, text[-1500:]
