@@ -1,7 +1,11 @@
-"""``from_hf``: a Hugging Face ``MistralForCausalLM`` as a :class:`~swkv_teach.model.Decoder` with the same weights.
+"""The door to Hugging Face ``transformers``, both ways.
 
-The only module of the package that touches ``transformers`` (imported
-lazily; install it with ``pip install -e ".[hf]"``). The parity tests use it
+* ``from_hf``: a ``MistralForCausalLM`` as a :class:`~swkv_teach.model.Decoder` with the same weights (here).
+* ``hf_cache``: our caches as a ``transformers`` Cache inside ``model.generate`` (:mod:`swkv_teach.hf_cache`,
+  imported on first use, so ``import swkv_teach.hf`` works without transformers).
+
+With :mod:`swkv_teach.hf_cache` the only modules of the package that touch ``transformers``
+(besides ``bench/``; install it with ``pip install -e ".[hf]"``). The parity tests use it
 to hold the decoder, its caches and its window convention against Hugging
 Face's: same logits from a full forward, same tokens from greedy generation.
 
@@ -23,9 +27,18 @@ import torch
 
 from swkv_teach.model import Decoder, DecoderConfig
 
-__all__ = ["config_from_hf", "from_hf"]
+__all__ = ["config_from_hf", "from_hf", "hf_cache"]
 
 INSTALL_HINT = 'Hugging Face transformers is needed for this; install it with: pip install -e ".[hf]"'
+
+
+def __getattr__(name: str):
+    # hf_cache subclasses transformers' classes, so it is imported when first asked for (PEP 562)
+    if name == "hf_cache":
+        from swkv_teach.hf_cache import hf_cache
+
+        return hf_cache
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _require_transformers():

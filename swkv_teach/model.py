@@ -370,13 +370,6 @@ class Decoder(nn.Module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    @classmethod
-    def from_hf(cls, hf_model) -> "Decoder":
-        """A Decoder holding the weights of a Hugging Face ``MistralForCausalLM`` (see :mod:`swkv_teach.hf`)."""
-        from swkv_teach.hf import from_hf  # lazy: only hf.py imports transformers
-
-        return from_hf(hf_model)
-
     # ------------------------------------------------------------------ checks
     def _check_ids(self, name: str, ids) -> torch.Tensor:
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype != torch.long:

@@ -16,7 +16,7 @@ import torch
 
 transformers = pytest.importorskip("transformers", reason='transformers not installed: pip install -e ".[hf]"')
 
-from swkv_teach.hf import config_from_hf  # noqa: E402
+from swkv_teach.hf import config_from_hf, from_hf  # noqa: E402
 from swkv_teach.model import Decoder  # noqa: E402
 
 pytestmark = pytest.mark.hf
@@ -77,7 +77,7 @@ def test_forward_matches_hf(attn, ids):
     hf = make_hf(attn=attn)
     with torch.no_grad():
         ref = hf(ids).logits
-    ours = Decoder.from_hf(hf)(ids)
+    ours = from_hf(hf)(ids)
     err = (ours - ref).abs().max().item()
     print(f"forward vs HF ({attn}): max abs logits error {err:.2e} (logits up to {ref.abs().max():.2f})")
     assert err < TOL
@@ -86,7 +86,7 @@ def test_forward_matches_hf(attn, ids):
 @pytest.mark.parametrize("kind", ["ring", "naive"])
 @pytest.mark.parametrize("chunk_size", [1, 3, 2 * W + 3])
 def test_score_matches_hf(hf_model, ids, hf_logits, kind, chunk_size):
-    ours = Decoder.from_hf(hf_model).score(ids, cache=kind, chunk_size=chunk_size)
+    ours = from_hf(hf_model).score(ids, cache=kind, chunk_size=chunk_size)
     err = (ours - hf_logits).abs().max().item()
     print(f"score({kind}, chunk_size={chunk_size}) vs HF: max abs logits error {err:.2e}")
     assert err < TOL
@@ -94,7 +94,7 @@ def test_score_matches_hf(hf_model, ids, hf_logits, kind, chunk_size):
 
 def test_tied_embeddings_match_hf(ids):
     hf = make_hf(tie=True)
-    ours = Decoder.from_hf(hf)
+    ours = from_hf(hf)
     assert ours.config.tie_embeddings and ours.lm_head.weight.data_ptr() == ours.embed.weight.data_ptr()
     with torch.no_grad():
         assert (ours(ids) - hf(ids).logits).abs().max() < TOL
@@ -103,7 +103,7 @@ def test_tied_embeddings_match_hf(ids):
 @pytest.mark.parametrize("other", [W - 1, W + 1])
 def test_window_boundary_is_exact(hf_model, ids, hf_logits, other):
     """An off-by-one in the window cannot pass: W - 1 and W + 1 give visibly different logits, on both sides."""
-    ours = Decoder.from_hf(hf_model)
+    ours = from_hf(hf_model)
     shifted = Decoder(dataclasses.replace(ours.config, window_size=other))
     shifted.load_state_dict(ours.state_dict())
     assert (shifted(ids) - hf_logits).abs().max() > 100 * TOL
@@ -120,7 +120,7 @@ def test_greedy_generation_matches_hf(hf_model):
     new = 3 * W + 2
     with torch.no_grad():
         ref = hf_model.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False)
-    ours = Decoder.from_hf(hf_model)
+    ours = from_hf(hf_model)
     for kind in ("ring", "naive"):
         out = ours.generate(prompt, new, cache=kind)
         assert out.shape == ref.shape == (1, prompt.shape[1] + new)

@@ -53,6 +53,7 @@ from pathlib import Path
 import torch
 
 from swkv_teach.bench import decode as decode_mod
+from swkv_teach.bench import hf_cache as hf_cache_mod
 from swkv_teach.bench.measure import bytes_allocated_per_call, bytes_held, calls_per_repeat, time_us_interleaved
 from swkv_teach.bench.report import environment, table, targets
 from swkv_teach.bench.updates import NUM_SINKS, attention_read, subjects
@@ -185,6 +186,8 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
         "attention": attention,
         "decode": decode_rows,
         "targets": targets(updates, decode_rows, judged),
+        # HF generate with hf_cache vs HF's own caches (swkv_teach.bench.hf_cache; CPU, fp32, its own shape)
+        "hf_cache": hf_cache_mod.section(quick, judged) if hf and decode else None,
         "notes": notes,
     }
 

@@ -1,7 +1,7 @@
 """Decode speed: swkv_teach's Decoder against Hugging Face's MistralForCausalLM, same weights.
 
 A tiny random ``MistralConfig`` is built here (nothing is downloaded), the
-Decoder copies its weights with ``Decoder.from_hf``, and both decode greedily
+Decoder copies its weights with ``swkv_teach.hf.from_hf``, and both decode greedily
 after a prompt of ``W`` tokens, so every timed step runs with a full window.
 Both sides are manual loops (one token in, argmax out) so neither pays for
 ``generate``'s bookkeeping; Hugging Face uses its own cache
@@ -37,19 +37,19 @@ def unavailable() -> str | None:
     if importlib.util.find_spec("transformers") is None:
         return "transformers is not installed (pip install 'swkv-teach[hf]')"
     if importlib.util.find_spec("swkv_teach.hf") is None:
-        return "swkv_teach.hf (Decoder.from_hf) is not available yet"
+        return "swkv_teach.hf (from_hf) is not available yet"
     return None
 
 
 def _models(W: int, dtype: torch.dtype, device: torch.device):
     from transformers import MistralConfig, MistralForCausalLM
 
-    from swkv_teach.model import Decoder
+    from swkv_teach.hf import from_hf
 
     torch.manual_seed(0)
     config = MistralConfig(**TINY, sliding_window=W, max_position_embeddings=1 << 20)
     hf = MistralForCausalLM(config).to(device=device, dtype=dtype).eval()
-    ours = Decoder.from_hf(hf).to(device=device, dtype=dtype).eval()
+    ours = from_hf(hf).to(device=device, dtype=dtype).eval()
     return config, hf, ours
 
 

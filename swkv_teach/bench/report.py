@@ -145,6 +145,15 @@ def table(result: dict) -> str:
         v = "not measured" if t["value"] is None else f"{t['value']:.3g}"
         mark = {True: "ok  ", False: "MISS", None: "--  "}[t["met"]]
         lines.append(f"  {mark} {name:<22}{v:>14} (target {t['target']})  {t['what']}")
+    if result.get("hf_cache"):
+        from swkv_teach.bench.hf_cache import table as hf_cache_table
+
+        section = result["hf_cache"]
+        lines += ["", f"HF generate, tiny Mistral {section['config']}: µs per greedy step, median over repeats",
+                  hf_cache_table(section["rows"])]
+        for name, t in section["targets"].items():
+            mark = {True: "ok  ", False: "MISS", None: "--  "}[t["met"]]
+            lines.append(f"  {mark} {name:<22}{t['value']:>14.3g} (target {t['target']})  {t['what']}")
     for note in result["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)

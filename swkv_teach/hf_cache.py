@@ -1,0 +1,231 @@
+"""``hf_cache``: the course's sliding-window caches as a ``transformers`` Cache, inside ``model.generate``.
+
+Hugging Face's cache is a list of per-layer objects (``cache_utils.Cache``), each a
+``CacheLayerMixin``: ``update(k, v) -> (k, v)`` returns what the new queries attend over,
+``get_seq_length()`` counts tokens *seen* (the model derives the new tokens' positions from
+it), and ``get_mask_sizes(q) -> (kv_length, kv_offset)`` tells ``masking_utils`` which
+absolute positions those keys hold: ``kv_offset, kv_offset + 1, ..., kv_offset + kv_length - 1``.
+The mask is then built from positions alone, with the course's rule ``kv > q - W`` (see
+:mod:`swkv_teach.masks`). Lesson 09 (inside Transformers) reads these from the source.
+
+:class:`WindowLayer` wraps one of our caches (``make_cache(kind, W)``) as such a layer.
+With ``n`` tokens seen before an update of ``q`` tokens it reports what Hugging Face's own
+``DynamicSlidingWindowLayer`` reports::
+
+    kv_offset = max(n - W + 1, 0)          the oldest key the first new query may see
+    kv_length = min(n, W - 1) + q          those stored keys, then the q new ones
+
+and our caches return exactly those keys (``KVCache.positions``). Worked example, ``W = 3``:
+
+* ``n = 7``, one token (position 7): the ring returns its 3 slots ``[6, 7, 5]`` in *slot*
+  order; HF expects positions ``[5, 6, 7]`` (offset 5, length 3). Every one of them is in
+  query 7's window, so the mask row is all True and the order cannot matter (softmax over
+  keys is a sum). That is the one-token invariant: no roll, no copy.
+* ``n = 7``, a chunk of 2 (positions 7, 8): HF expects ``[5, 6, 7, 8]`` (offset 5, length 4)
+  and masks key 5 for query 8. Here order matters, so the ring's chunk path returns the
+  stored keys chronologically, then the chunk (``RingBufferKVCache._update_chunk``).
+
+Full-attention layers (Gemma 2 and 3 alternate them with sliding ones) get transformers'
+own ``DynamicLayer``. Out of scope, refused with an error that says so: padded batches (a
+2-D ``attention_mask`` with zeros), beam search and other batch reordering, cropping
+(assisted decoding), offloading, ``torch.compile`` (``is_compileable`` stays False).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from swkv_teach.caches import KVCache, make_cache
+from swkv_teach.hf import INSTALL_HINT
+
+try:
+    from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(INSTALL_HINT) from e
+
+__all__ = ["HF_KINDS", "WindowCache", "WindowLayer", "cache_kwarg", "hf_cache", "layer_types_of", "mask_sizes"]
+
+# kinds whose ``update`` returns the window's keys as ``mask_sizes`` describes them. "sinks" and "lru" keep
+# positions outside one contiguous range, which (kv_length, kv_offset) cannot describe; "paged" serves batch 1.
+HF_KINDS = ("ring", "naive", "sliding", "int8")
+
+
+def mask_sizes(seen: int, window: int, query_length: int) -> tuple[int, int]:
+    """``(kv_length, kv_offset)`` of the keys a window-``window`` layer returns for ``query_length`` new tokens.
+
+    ``seen`` tokens came before them. The keys hold positions ``kv_offset .. kv_offset + kv_length - 1``:
+    the stored ones the first new query may see (``j > seen - window``), then the new ones.
+    """
+    return min(seen, window - 1) + query_length, max(seen - window + 1, 0)
+
+
+class WindowLayer(CacheLayerMixin):
+    """One sliding-attention layer's keys and values kept in a course cache (``self.cache``).
+
+    ``update`` takes HF's ``(batch, kv_heads, tokens, head_dim)`` keys and values. What the layer
+    keeps alive is ``self.cache`` alone (``keys``/``values`` stay None, so no HF helper reaches
+    behind the ring's back): at most ``W`` tokens, the ring exactly ``W`` slots.
+    """
+
+    is_sliding = True  # per layer: masking_utils sizes the sliding mask from the first layer with it
+    is_compileable = False
+    is_croppable = False
+
+    def __init__(self, kind: str, sliding_window: int):
+        super().__init__()
+        if kind not in HF_KINDS:
+            raise ValueError(f"kind must be one of {HF_KINDS} (caches whose keys are one window, in the order "
+                             f"the mask expects); got {kind!r}")
+        self.kind = kind
+        self.sliding_window = sliding_window
+        self.cache: KVCache = make_cache(kind, sliding_window)
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device, self.dtype = key_states.device, key_states.dtype
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Store the new keys/values; return the keys/values the new queries attend over (see the module docstring)."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        return self.cache.update(key_states, value_states)
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        """``(kv_length, kv_offset)`` for the next ``update`` of ``query_length`` tokens (called before it)."""
+        return mask_sizes(self.cache.seen, self.sliding_window, query_length)
+
+    def get_seq_length(self) -> int:
+        """Tokens seen, not stored: HF takes the new tokens' positions (and the mask's query offset) from it."""
+        return self.cache.seen
+
+    def get_max_length(self) -> int:
+        return self.sliding_window
+
+    def get_max_cache_shape(self) -> int:  # transformers 5.15's name for get_max_length
+        return self.sliding_window
+
+    def reset(self) -> None:
+        self.cache.reset()
+        self.is_initialized = False
+
+    def _refuse(self, what: str):
+        raise NotImplementedError(f"hf_cache layers do not support {what}: a window of {self.kind!r} cache "
+                                  "serves greedy or sampled decoding of unpadded batches only")
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self._refuse("reorder_cache (beam search)")
+
+    def crop(self, tokens_to_remove: int) -> None:
+        self._refuse("crop (assisted decoding)")
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._refuse("batch_repeat_interleave")
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._refuse("batch_select_indices")
+
+    def offload(self):
+        self._refuse("offloading")
+
+    def prefetch(self):
+        self._refuse("offloading")
+
+    def __repr__(self) -> str:
+        return f"WindowLayer({self.cache!r})"
+
+
+class WindowCache(Cache):
+    """A ``transformers.Cache`` of :class:`WindowLayer` (sliding layers) and ``DynamicLayer`` (full layers)."""
+
+    def check_call(self, batch: int, attention_mask: torch.Tensor | None) -> None:
+        """Refuse a forward this cache cannot serve, before any layer changes (called by the model's hook)."""
+        if attention_mask is not None and attention_mask.dim() == 2 and not bool(attention_mask.all()):
+            raise ValueError(
+                "attention_mask has zeros (a padded batch): hf_cache serves unpadded batches only, since a ring "
+                "returns one-token keys in slot order and HF's padding mask is in position order. Pass sequences "
+                "of equal length (attention_mask all ones, or None)")
+        seen = self.get_seq_length()
+        held = next((lay.cache for lay in self.layers if isinstance(lay, WindowLayer) and lay.is_initialized), None)
+        if held is not None and seen > 0:
+            have = _batch_of(held)
+            if have is not None and have != batch:
+                raise ValueError(f"input batch is {batch} but this cache holds batch {have}: start a new "
+                                 "hf_cache(model) for a new batch")
+
+
+def _batch_of(cache: KVCache) -> int | None:
+    for name in ("k_buf", "k", "_like"):
+        t = getattr(cache, name, None)
+        if isinstance(t, torch.Tensor):
+            return t.shape[0]
+    data = getattr(cache, "_data", None)
+    return _batch_of(data) if data is not None else None
+
+
+def cache_kwarg(model) -> str:
+    """The keyword ``model`` takes its cache by: ``"cache"`` (transformers >= 5.2x) or ``"past_key_values"`` (5.15)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _guard(module, args, kwargs):
+    cache = kwargs.get("cache", kwargs.get("past_key_values"))
+    if isinstance(cache, WindowCache):
+        x = kwargs.get("input_ids", args[0] if args else None)
+        if x is None:
+            x = kwargs.get("inputs_embeds")
+        mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+        cache.check_call(x.shape[0], mask)
+
+
+def _text_config(model):
+    config = getattr(model, "config", None)
+    if config is None:
+        raise TypeError(f"model must be a transformers model with a .config; got {type(model).__name__}")
+    return config.get_text_config(decoder=True)  # a multimodal Gemma 3 keeps its layers in text_config
+
+
+def layer_types_of(config) -> list[str]:
+    """``"sliding_attention"`` / ``"full_attention"`` per layer: ``config.layer_types``, or all sliding (Mistral)."""
+    n = config.num_hidden_layers
+    types = getattr(config, "layer_types", None)
+    if types is None:  # Mistral: one window for every layer
+        return ["sliding_attention"] * n
+    types = list(types)[:n]
+    unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
+    if unknown:
+        raise ValueError(f"config.layer_types may hold only 'sliding_attention' and 'full_attention'; got {unknown}")
+    return types
+
+
+def hf_cache(model, kind: str = "ring") -> WindowCache:
+    """A ``transformers.Cache`` for ``model`` whose sliding layers keep their keys/values in ``make_cache(kind, W)``.
+
+    Args:
+        model: a Hugging Face causal LM (Mistral, Gemma 2, Gemma 3, ...) whose (text) config has
+            ``sliding_window`` = W keys per query, its own included (HF's rule since 4.56, ours).
+        kind: ``"ring"`` (default), ``"naive"`` (``"sliding"``) or ``"int8"``.
+
+    Returns:
+        a fresh cache for one batch of equal-length sequences; pass it as ``past_key_values`` to
+        ``model.generate`` or to ``model(...)`` calls of any number of tokens each. A forward hook
+        installed once on ``model`` refuses padded batches and a change of batch before any layer changes.
+    """
+    if kind not in HF_KINDS:
+        raise ValueError(f"kind must be one of {HF_KINDS}; got {kind!r} (sinks and lru keep positions that "
+                         "HF's (kv_length, kv_offset) mask sizes cannot describe)")
+    config = _text_config(model)
+    window = getattr(config, "sliding_window", None)
+    if window is None or getattr(config, "use_sliding_window", True) is False:
+        raise ValueError(f"config.sliding_window is {window!r}: this model attends to every past token, "
+                         "so there is no window for hf_cache to keep (use transformers' DynamicCache)")
+    if getattr(config, "use_bidirectional_attention", False):
+        raise ValueError("config.use_bidirectional_attention is True: hf_cache serves causal decoders only")
+    window = int(window)
+    layers = [WindowLayer(kind, window) if t == "sliding_attention" else DynamicLayer()
+              for t in layer_types_of(config)]
+    if isinstance(model, torch.nn.Module) and not getattr(model, "_swkv_guard", False):
+        model.register_forward_pre_hook(_guard, with_kwargs=True)
+        model._swkv_guard = True
+    return WindowCache(layers=layers)
