@@ -83,8 +83,21 @@ def pytest_command(python: str, tests: list[str]) -> list[str]:
             *tests]
 
 
+def _outcome(rc: int | None, out: str, timeout: float, seconds: float) -> tuple[str, str, float]:
+    if rc is None:
+        return "timeout", f"ran past {timeout:g} s", seconds
+    if rc == 0:
+        return "passed", "", seconds
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", out, flags=re.M)
+    detail = failed[0] if failed else (out.strip().splitlines() or [f"exit status {rc}"])[-1]
+    if rc == 5:
+        detail = "no tests were collected: " + detail
+    return "failed", detail, seconds
+
+
 def run_tests(copy: Path, python: str, tests: list[str], timeout: float) -> tuple[str, str, float]:
-    """Run ``tests`` in ``copy``; return (outcome, detail, seconds): outcome "passed", "failed" or "timeout"."""
+    """Run ``tests`` in ``copy`` in a fresh interpreter; return (outcome, detail, seconds), outcome "passed",
+    "failed" or "timeout"."""
     env = dict(os.environ, PYTHONPATH=str(copy), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     env.pop("SWKV_DEVICE", None)
     t0 = time.perf_counter()
@@ -92,16 +105,87 @@ def run_tests(copy: Path, python: str, tests: list[str], timeout: float) -> tupl
         proc = subprocess.run(pytest_command(python, tests), cwd=copy, env=env, capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
-        return "timeout", f"ran past {timeout:g} s", time.perf_counter() - t0
-    seconds = time.perf_counter() - t0
-    if proc.returncode == 0:
-        return "passed", "", seconds
-    out = proc.stdout + proc.stderr
-    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", out, flags=re.M)
-    detail = failed[0] if failed else (out.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-    if proc.returncode == 5:
-        detail = "no tests were collected: " + detail
-    return "failed", detail, seconds
+        return _outcome(None, "", timeout, time.perf_counter() - t0)
+    return _outcome(proc.returncode, proc.stdout + proc.stderr, timeout, time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------------------------------- fork mode
+# On a loaded machine, importing torch, matplotlib and hypothesis takes most of a mutant's run. In fork
+# mode this process imports them once (never swkv_teach or the tests) and each run is a forked child that
+# imports the copy's swkv_teach afresh and calls pytest.main: the same tests, a fraction of the start-up.
+PRELOAD = ("torch", "numpy", "matplotlib", "matplotlib.pyplot", "hypothesis", "pytest", "nbformat")
+
+
+def preload() -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    leaked = [m for m in sys.modules if m == "swkv_teach" or m.startswith(("swkv_teach.", "tests."))]
+    if leaked:
+        raise SystemExit(f"mutation: preloading imported {leaked[:3]}; fork mode needs a clean parent")
+
+
+def _forked(copy: Path, body, timeout: float) -> tuple[int | None, str, float]:
+    """Run ``body()`` (returns an exit status) in a forked child inside ``copy``; (status or None, output, s)."""
+    with tempfile.TemporaryFile() as log:
+        t0 = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            rc = 70
+            try:
+                os.dup2(log.fileno(), 1)
+                os.dup2(log.fileno(), 2)
+                os.chdir(copy)
+                sys.path.insert(0, str(copy))
+                os.environ["PYTHONPATH"] = str(copy)
+                os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+                sys.dont_write_bytecode = True
+                os.environ.pop("SWKV_DEVICE", None)
+                rc = int(body())
+            except BaseException as e:  # noqa: BLE001 (report anything, then leave)
+                print(f"mutation child: {type(e).__name__}: {e}", flush=True)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(rc)
+        rc = None
+        while time.perf_counter() - t0 < timeout:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                rc = os.waitstatus_to_exitcode(status)
+                break
+            time.sleep(0.2)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        seconds = time.perf_counter() - t0
+        log.seek(0)
+        return rc, log.read().decode(errors="replace"), seconds
+
+
+def run_tests_forked(copy: Path, tests: list[str], timeout: float) -> tuple[str, str, float]:
+    def body():
+        import pytest
+
+        return pytest.main(pytest_command("", tests)[3:])  # the arguments after "python -m pytest"
+
+    rc, out, seconds = _forked(copy, body, timeout)
+    return _outcome(rc, out, timeout, seconds)
+
+
+def check_copy_is_imported_forked(copy: Path) -> None:
+    def body():
+        import swkv_teach
+
+        return 0 if Path(swkv_teach.__file__).resolve().is_relative_to(copy.resolve()) else 3
+
+    rc, out, _ = _forked(copy, body, 600)
+    if rc != 0:
+        raise SystemExit(f"mutation: a forked child does not import the copy's swkv_teach (status {rc}): {out}")
 
 
 def check_copy_is_imported(copy: Path, python: str) -> None:
@@ -121,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=600, help="seconds per mutant's test run (default 600)")
     ap.add_argument("--python", default=sys.executable, help="the interpreter that runs pytest (default: this one)")
     ap.add_argument("--json", type=Path, help="also write the results to this file")
+    ap.add_argument("--no-fork", action="store_true",
+                    help="start a fresh interpreter for every run instead of forking a preloaded one")
     args = ap.parse_args(argv)
 
     mutants = load_catalogue()
@@ -139,7 +225,18 @@ def main(argv: list[str] | None = None) -> int:
         copy = Path(tmp) / "project"
         copy.mkdir()
         snapshot(copy, args.rev)
-        check_copy_is_imported(copy, args.python)
+        fork = hasattr(os, "fork") and not args.no_fork
+        if fork:
+            preload()
+            check_copy_is_imported_forked(copy)
+
+            def run(tests):
+                return run_tests_forked(copy, tests, args.timeout)
+        else:
+            check_copy_is_imported(copy, args.python)
+
+            def run(tests):
+                return run_tests(copy, args.python, tests, args.timeout)
         baseline: dict[tuple, tuple[str, str, float]] = {}
         print(f"mutation: {len(mutants)} mutant(s) on a copy of {args.rev or 'the working tree'} in {copy}", flush=True)
         for n, m in enumerate(mutants, 1):
@@ -151,14 +248,14 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 key = tuple(m.tests)
                 if key not in baseline:  # the same tests without any mutant: they must pass
-                    baseline[key] = run_tests(copy, args.python, m.tests, args.timeout)
+                    baseline[key] = run(m.tests)
                 base = baseline[key]
                 if base[0] != "passed":
                     status, detail, seconds = "unsound", f"fails without the mutant: {base[1]}", 0.0
                 else:
                     path.write_text(original.replace(m.original, m.mutated))
                     try:
-                        outcome, detail, seconds = run_tests(copy, args.python, m.tests, args.timeout)
+                        outcome, detail, seconds = run(m.tests)
                     finally:
                         path.write_text(original)
                     status = "survived" if outcome == "passed" else "killed"
