@@ -1,0 +1,255 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+# ---
+
+# %% [markdown]
+# # Lesson 9 — Your cache inside Hugging Face Transformers
+#
+# **Time:** about 45 minutes. **You need:** lessons 3 (the ring buffer) and 4 (decoding with the cache).
+#
+# **By the end you will be able to**
+#
+# * name the four methods a `transformers` cache layer must get right, and say what each one feeds;
+# * explain what transformers' two sliding layers do every step (one concatenates, one rolls) and what it costs;
+# * put the ring from lesson 3 inside `model.generate` of Mistral, Gemma 2 and Gemma 3, and say why its slot order
+#   is safe for one new token and not for a chunk;
+# * check parity, memory and speed against transformers' own caches.
+#
+# Window convention (`swkv_teach.masks`): query `i` attends key `j` when `i - W < j <= i`, Hugging Face's rule
+# since 4.56. Everything here runs on tiny random models built in the notebook: nothing is downloaded, except in
+# the optional last cell, which you run yourself on Colab.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import inspect
+import time
+import statistics
+
+import torch
+import transformers
+from transformers.cache_utils import CacheLayerMixin, DynamicSlidingWindowLayer, StaticSlidingWindowLayer
+
+from swkv_teach.bench.hf_cache import hf_cache_rows, table
+from swkv_teach.hf import hf_cache
+from swkv_teach.hf_cache import WindowLayer, cache_kwarg
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+print("transformers", transformers.__version__, "| torch", torch.__version__)
+
+# %% [markdown]
+# ## 1. The interface, read from the source
+#
+# A `transformers` cache is "mostly a list" of per-layer objects (`class Cache`, `cache_utils.py`). Each layer is a
+# `CacheLayerMixin` (`cache_utils.py` line 23 in transformers 5.24, line 27 in 5.15.0, Colab's) and the model calls
+# four of its methods:
+#
+# | method | who calls it | what it must return |
+# |---|---|---|
+# | `update(k, v)` | every attention layer, every forward | the keys/values the new queries attend over, `(batch, kv_heads, n, head_dim)` |
+# | `get_seq_length()` | the model, before the layers | tokens **seen**: the new tokens' positions (RoPE) start there |
+# | `get_mask_sizes(q)` | `masking_utils`, **before** `update` | `(kv_length, kv_offset)`: the keys `update` will return hold positions `kv_offset … kv_offset + kv_length - 1` |
+# | `is_sliding` (class flag) | `masking_utils` | which mask the layer gets; the sliding mask is sized from the **first** sliding layer |
+#
+# The mask itself is built from positions alone: `sliding_window_overlay` (`masking_utils.py` line 90 in 5.24, 92 in
+# 5.15.0) is `kv_idx > q_idx - sliding_window`, and `_preprocess_mask_arguments` asks the cache for
+# `get_mask_sizes(q_length, layer_idx)` (line 844 in 5.24, 833 in 5.15.0) with `layer_idx` the first layer whose
+# `is_sliding` is True (`create_sliding_window_causal_mask`, `is_sliding.index(True)`, line 1186 in 5.24, 1170 in
+# 5.15.0). Two pitfalls follow: seen must not be confused with stored, and `is_sliding` must be right per layer.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print("abstract methods:", sorted(CacheLayerMixin.__abstractmethods__))
+print(inspect.getsource(DynamicSlidingWindowLayer.get_mask_sizes))
+
+# %% [markdown]
+# ## 2. transformers' two sliding layers, and what a step costs
+#
+# * **`DynamicSlidingWindowLayer`** (5.24 line 196, 5.15.0 line 203), the default cache's sliding layer: every
+#   update does `torch.cat([self.keys, key_states])` (5.24 line 242) and keeps the last `W - 1`: a fresh
+#   `(W, head_dim)` tensor per layer per token, an O(W) copy.
+# * **`StaticSlidingWindowLayer`** (5.24 line 524, 5.15.0 line 504), used by `cache_implementation="static"`: once
+#   full, a one-token update does `self.keys.roll(-1, dims=-2)` (5.24 line 575, 5.15.0 line 553), writes the new
+#   token at the end and copies the result back: two O(W) copies, so `torch.compile` sees fixed addresses.
+#
+# The ring of lesson 3 writes one slot, `p % W`, and returns the whole buffer: no copy at all. Below, one layer
+# each, window 1024, 200 one-token updates once full.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def time_updates(layer, W=1024, steps=200, heads=2, d=32):
+    k = torch.randn(1, heads, W, d)
+    layer.update(k, k)  # fill the window
+    one = torch.randn(1, heads, 1, d)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        layer.update(one, one)
+        times.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(times)
+
+
+us = {"dynamic (cat + slice)": time_updates(DynamicSlidingWindowLayer(sliding_window=1024)),
+      "static (roll)": time_updates(StaticSlidingWindowLayer(max_cache_len=4096, sliding_window=1024)),
+      "ours: WindowLayer('ring')": time_updates(WindowLayer("ring", 1024))}
+ring_us = us["ours: WindowLayer('ring')"]
+for name, t in us.items():
+    print(f"{name:28} {t:7.1f} µs per update   {t / ring_us:5.1f}x the ring")
+
+# %% [markdown]
+# ## 3. The ring as a layer, and the one-token invariant
+#
+# `swkv_teach.hf_cache.WindowLayer` wraps any of the course's window caches (`make_cache(kind, W)`). With `n`
+# tokens seen before `q` new ones it reports what HF's dynamic layer reports:
+#
+# ```
+# kv_offset = max(n - W + 1, 0)        kv_length = min(n, W - 1) + q
+# ```
+#
+# **One token** (q = 1, window full): the ring returns its `W` slots in **slot** order, not position order. HF's
+# mask row for that query covers positions `n - W + 1 … n`, all inside the window, so every entry is True and the
+# order cannot matter (softmax over keys is a sum). No roll, no copy.
+#
+# **A chunk** (q > 1): now the mask differs from row to row (query `n + 1` must not see key `n - W + 1`), and HF
+# lays it out by position. Slot order would silently attend the wrong keys. So the ring's chunk path returns the
+# stored keys the first query may see **chronologically**, then the chunk. W = 3, 7 tokens seen:
+
+# %%
+layer = WindowLayer("ring", 3)
+for p in range(7):
+    layer.update(torch.full((1, 1, 1, 1), float(p)), torch.zeros(1, 1, 1, 1))
+print("one token at position 7: mask sizes", layer.get_mask_sizes(1), end=" -> ")
+k, _ = layer.update(torch.full((1, 1, 1, 1), 7.0), torch.zeros(1, 1, 1, 1))
+print("keys returned (slot order)", k.flatten().tolist())
+print("chunk of 2 (positions 8, 9): mask sizes", layer.get_mask_sizes(2), end=" -> ")
+k, _ = layer.update(torch.tensor([8.0, 9.0]).view(1, 1, 2, 1), torch.zeros(1, 1, 2, 1))
+print("keys returned (position order)", k.flatten().tolist())
+print("seen:", layer.get_seq_length(), "| stored:", len(layer.cache))
+
+# %% [markdown]
+# ## 4. Parity on tiny Mistral, Gemma 2 and Gemma 3
+#
+# `hf_cache(model, kind)` builds one layer per model layer from the (text) config: Mistral has no `layer_types`
+# (every layer slides); Gemma 2 alternates sliding and full layers; Gemma 3 has five sliding layers to one full by
+# default (`sliding_window_pattern`, here 3 to keep the model small). Full layers get transformers' own
+# `DynamicLayer`. We compare greedy `generate` over W + 4W new tokens, logits at every step, against the
+# default cache. (transformers renamed `past_key_values` to `cache` after 5.15; `cache_kwarg(model)` gives the
+# name your version takes.)
+
+# %%
+DIMS = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, max_position_embeddings=1024, initializer_range=0.1, bos_token_id=None,
+            eos_token_id=None, pad_token_id=None, attn_implementation="eager")
+W = 8
+torch.manual_seed(0)
+models = {
+    "Mistral": transformers.MistralForCausalLM(transformers.MistralConfig(**DIMS, num_hidden_layers=2,
+                                                                          sliding_window=W)),
+    "Gemma 2": transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**DIMS, num_hidden_layers=4,
+                                                                        sliding_window=W)),
+    "Gemma 3": transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**DIMS, num_hidden_layers=6,
+                                                                            sliding_window=W,
+                                                                            sliding_window_pattern=3)),
+}
+prompt = torch.randint(0, 97, (2, W + 3), generator=torch.Generator().manual_seed(1))
+for name, model in models.items():
+    model.eval()
+    layout = "".join("R" if isinstance(lay, WindowLayer) else "F" for lay in hf_cache(model).layers)
+    common = dict(max_new_tokens=5 * W, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        ref = model.generate(prompt, **common)
+        for kind in ("ring", "naive", "int8"):
+            out = model.generate(prompt, **common, **{cache_kwarg(model): hf_cache(model, kind)})
+            diff = [(a - b).abs().max().item() for a, b in zip(out.logits, ref.logits)]
+            differ = (out.sequences != ref.sequences).any(0).nonzero()
+            first = "none" if len(differ) == 0 else f"step {int(differ[0]) - prompt.shape[1]}"
+            close = all(d <= 1e-4 for d in diff[: int(differ[0]) - prompt.shape[1] + 1 if len(differ) else None])
+            print(f"{name:8} layers {layout:7} {kind:6} logits within 1e-4 of HF's: {'yes' if close else 'no ':3}"
+                  f"   first different token: {first}")
+
+# %% [markdown]
+# R marks a layer kept in our ring, F a full layer left to transformers. Ring and naive agree with the default cache
+# to float rounding (about 1e-6 here) at every step; int8 stores 8-bit keys and values, so its logits move by about
+# 1e-2, and its greedy tokens may part from HF's where two candidates are close (after that the two sequences
+# differ, so later logits are not comparable). The tests hold int8 to HF's top-1 on at least 95 % of steps along
+# HF's own greedy sequence. (`tests/test_hf_cache.py` also checks chunks of 1, 2, 5, W − 1 and
+# W + 3 tokens against a full forward, under the newest transformers and under 5.15.0.)
+#
+# ## 5. Memory stays flat
+#
+# After W + 4W tokens, one at a time, each sliding layer holds one window; the full layers hold everything, as HF's.
+
+# %%
+model = models["Gemma 2"]
+cache = hf_cache(model, "ring")
+ids = torch.randint(0, 97, (1, 5 * W), generator=torch.Generator().manual_seed(2))
+kw = cache_kwarg(model)
+with torch.no_grad():
+    for t in range(5 * W):
+        model(input_ids=ids[:, t: t + 1], use_cache=True, **{kw: cache})
+        if (t + 1) % W == 0:
+            held = [lay.cache.nbytes if isinstance(lay, WindowLayer) else 2 * lay.keys.numel() * 4
+                    for lay in cache.layers]
+            print(f"after {t + 1:3} tokens: bytes per layer {held}")
+
+# %% [markdown]
+# ## 6. Speed: greedy `generate` against transformers' caches
+#
+# A Mistral-shaped model (hidden 128, 2 layers, 4/2 heads, head_dim 32), one thread, a prompt of W tokens, then
+# greedy steps; the median step is read from `generate`'s streamer. Small sizes here so the cell runs in seconds:
+# `python -m swkv_teach.bench.hf_cache` runs the full size (W = 1024, 256 new tokens), where the ring's lead is
+# larger (the copies it avoids grow with W). Timings on a shared machine are noisy: read the ratios, not the µs.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+rows = hf_cache_rows(window=256, new_tokens=24, repeats=3, impls=("dynamic", "static", "ring"))
+print(table(rows))
+
+# %% [markdown]
+# ## 7. Optional, on Colab with a GPU: a real sliding-window model from the Hub
+#
+# `google/gemma-3-270m-it`: 18 layers, 15 sliding with a window of 512 tokens and 3 full (its `config.json`;
+# the cell prints them). Its weights are released under the **Gemma Terms of Use**: the repository is gated, so
+# accept the terms on its Hub page and log in (`huggingface_hub.login()`) first. The cell runs only on Colab with
+# a GPU; anywhere else (this stored notebook, the tests) it prints that it skipped, and no output of it is faked.
+
+# %%
+import sys  # noqa: E402
+
+if "google.colab" in sys.modules and torch.cuda.is_available():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = "google/gemma-3-270m-it"
+    tok = AutoTokenizer.from_pretrained(name)
+    real = AutoModelForCausalLM.from_pretrained(name, dtype=torch.bfloat16).to("cuda").eval()
+    text = real.config.get_text_config(decoder=True)
+    print("window", text.sliding_window, "| layers", "".join("R" if t == "sliding_attention" else "F"
+                                                             for t in text.layer_types))
+    ids = tok("Write a short story about a cache that forgets.", return_tensors="pt").input_ids.to("cuda")
+    with torch.no_grad():
+        ours = real.generate(ids, max_new_tokens=600, do_sample=False, **{cache_kwarg(real): hf_cache(real)})
+        ref = real.generate(ids, max_new_tokens=600, do_sample=False)
+    same = (ours[0] == ref[0]).float().mean().item()
+    print(tok.decode(ours[0, ids.shape[1]:], skip_special_tokens=True)[:600])
+    print(f"tokens equal to HF's default cache: {100 * same:.1f} % (bf16: small differences can flip a close token)")
+else:
+    print("skipped: this cell runs only on Colab with a GPU runtime (it downloads google/gemma-3-270m-it)")
+
+# %% [markdown]
+# ## What to remember
+#
+# * A cache layer answers four questions: what to attend over (`update`), how many tokens came before
+#   (`get_seq_length`: **seen**), which positions the keys hold (`get_mask_sizes`, asked **before** `update`), and
+#   whether it slides (`is_sliding`, per layer).
+# * transformers' sliding layers copy the window every step (cat + slice, or roll); the ring writes one slot.
+# * Slot order is safe only when every returned key is visible to every query: one token. Chunks get position order.
+# * Out of scope, and refused with an error: padded batches, beam search, cropping, offloading, `torch.compile`.
+#
+# A graded exercise on this lesson's layer (`update` and `get_mask_sizes`) is planned.
