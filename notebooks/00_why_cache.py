@@ -12,7 +12,7 @@
 # %% [markdown]
 # # Lesson 0 — Why a KV cache, and why a *sliding-window* one
 #
-# **Time:** about 40 minutes, plus 10 for [exercise 02](../exercises/02_sliding_window_mask.ipynb). **You need:**
+# **Time:** about 75 minutes for the lesson (the bandwidth section included), plus 10–20 for [exercise 02](../exercises/02_sliding_window_mask.ipynb), done where the lesson reaches it. **You need:**
 # Python, PyTorch tensors and matrix products, and what attention computes, `softmax(q Kᵀ / √d) V` (Karpathy's
 # "Let's build GPT" or d2l.ai's attention chapter is enough).
 #
@@ -20,9 +20,11 @@
 #
 # 1. write down the cost of one decode step with and without a KV cache, and say which term dominates when;
 # 2. compute a model's KV-cache bytes per token, and the memory of a hybrid local/global stack such as Gemma 3;
-# 3. state the window convention `i - W < j <= i`, draw its band mask, and spot the off-by-one in Mistral's
+# 3. turn bytes into a floor on milliseconds per token on a given GPU, and say when the cache, not the
+#    weights, sets the pace;
+# 4. state the window convention `i - W < j <= i`, draw its band mask, and spot the off-by-one in Mistral's
 #    reference code;
-# 4. explain why a model trained with a window can forget older keys *exactly*.
+# 5. explain why a model trained with a window can forget older keys *exactly*.
 #
 # A decoder-only language model writes one token at a time. At every step the newest token's query looks
 # back at the **keys** and **values** of earlier tokens. Everything here imports the course library
@@ -225,6 +227,71 @@ for n in (4096, 8192, 32768):
           f" windowed {min(n, W_mistral) * per_token / 2**30:5.2f} GiB")
 
 # %% [markdown]
+# ### Bytes into time: a floor on milliseconds per token
+#
+# Now the bytes a decode step must **read**. To produce one token per sequence, the GPU reads every weight
+# once (shared by all `b` sequences of the batch) and every sequence's cached keys and values. At batch 1 a
+# step does 2 FLOPs per weight it reads, far below what a GPU can compute per byte, so decode is
+# **memory-bound**: the step cannot be faster than
+#
+# > `(weight bytes + b × KV bytes per sequence) / memory bandwidth`.
+#
+# That is a floor, not a prediction: real kernels reach 60 to 90 % of the bandwidth, and at large batches
+# the arithmetic catches up. Mistral 7B in fp16 reads 14.5 GB of weights per step. Bandwidths are the
+# vendors' data-sheet peaks ([references](../docs/references.md#gpus-memory-bandwidth)):
+
+# %%
+vocab7 = 32_000
+weight_bytes = (layers * P + 2 * vocab7 * d7) * bytes_per_value   # 32 layers, embedding and output head, fp16
+gpus = {"T4": (320e9, 16e9), "A100 80GB": (2039e9, 80e9), "H100 SXM": (3350e9, 80e9), "H200": (4800e9, 141e9)}
+
+
+def step_ms(gpu, context, batch, window=None):
+    """Memory-bound floor (ms per decode step) and whether weights + caches fit in the GPU's memory."""
+    bandwidth, capacity = gpus[gpu]
+    kv = batch * per_token * (context if window is None else min(context, window))
+    return (weight_bytes + kv) / bandwidth * 1e3, weight_bytes + kv <= capacity
+
+
+print(f"weights: {weight_bytes / 1e9:.1f} GB; KV cache: {per_token / 1024:.0f} KiB per token per sequence\n")
+print(f"{'':>9} {'':>8} {'context':>8} |" + "".join(f" {g:>20}" for g in gpus))
+for batch in (1, 32):
+    for context in (1_024, 32_768, 131_072):
+        for label, window in (("full", None), ("W=4096", W_mistral)):
+            if window is not None and context <= window:
+                continue                                  # the window changes nothing below W tokens
+            cells = []
+            for g in gpus:
+                ms, fits = step_ms(g, context, batch, window)
+                cells.append(f"{ms:>9.1f} ms" + ("  no fit" if not fits else " " * 8))
+            print(f"batch {batch:>3} {label:>8} {context:>8} | " + " ".join(cells))
+
+# %% [markdown]
+# Read it row by row (ms per step; each step gives every sequence of the batch one token; "no fit" means
+# weights plus caches exceed the GPU's memory, so that row is arithmetic, not a runnable setting):
+#
+# * At batch 1 and short contexts the weights are everything: about 3 ms a token on an H200, 45 on a T4.
+# * The KV cache takes over when `b × tokens × 128 KiB` passes the weights' 14.5 GB, at `b × tokens ≈ 110k`:
+#   one sequence at 128k tokens, or 32 sequences at 3.5k each.
+# * Past that point the window saves **time**, not only memory: at batch 32 and 32k tokens a full cache
+#   makes every step read 137 GB more than the weights, the window reads 17 GB; the floor falls about 5x
+#   on every GPU, and the same batch fits on one 80 GB GPU.
+
+# %%
+contexts = torch.arange(1_024, 131_073, 1_024)
+fig, ax = plt.subplots(figsize=(6.8, 3.6))
+for batch, style in ((1, "-"), (8, "--")):
+    for label, window, color in (("full cache", None, "#d62728"), (f"window W = {W_mistral}", W_mistral, "#2171b5")):
+        ms = [step_ms("H100 SXM", int(c), batch, window)[0] for c in contexts]
+        ax.plot(contexts / 1024, ms, style, color=color, label=f"batch {batch}, {label}")
+ax.set(xlabel="context (k tokens)", ylabel="floor, ms per decode step", ylim=(0, None),
+       title="Mistral 7B fp16 on an H100 SXM (3.35 TB/s): reading bytes sets the pace")
+ax.grid(alpha=0.3)
+ax.legend(fontsize=9)
+plt.show()
+plt.close(fig)
+
+# %% [markdown]
 # ## 3. Sliding windows in current practice: hybrid stacks
 #
 # Mistral 7B v0.1 used a window of 4096 in **every** layer. Its successors did not: the model card of
@@ -349,10 +416,13 @@ plt.show()
 plt.close(fig)
 
 # %% [markdown]
-# The reference lets query `i` also see key `i - W`: **W + 1** keys. The Mistral 7B paper's wording reads
-# the same way ("attends to all hidden states from the previous layer with positions between i − W and i",
-# §2). Yet the same file decodes through a rolling buffer of `W` slots, so at decode time each query sees
-# only `W` keys: the reference is not even consistent with itself. Hugging Face's flash-attention path had
+# The reference lets query `i` also see key `i - W`: **W + 1** keys. The Mistral 7B paper (arXiv:2310.06825)
+# contradicts itself in the same way. §2's wording reads as `W + 1`: the hidden state at position `i`
+# "attends to all hidden states from the previous layer with positions between i − W and i". Its Figure 1
+# caption says `W`: "each token can attend to at most W tokens from the previous layer (here, W = 3)", and
+# its rolling buffer cache (§2) "has a fixed size of W", so decoding can only ever see `W` keys. The same
+# file decodes through that rolling buffer of `W` slots, so at decode time each query sees only `W` keys:
+# the reference is not even consistent with itself. Hugging Face's flash-attention path had
 # the same off-by-one (`window_size=(W, W)`) until v4.56.0 (issue #39408, PR #40163).
 #
 # Does one key matter? For a model served with exactly the window it was trained with, the cache is exact.
@@ -387,6 +457,8 @@ print("equals j + W - 1 for every j:", last_reader == [j + W - 1 for j in range(
 #   `O(P + t·d)`, still growing. With a window: `O(P + W·d)`, flat.
 # * KV bytes per token: `2 · L · H_kv · D · bytes` (128 KiB for Mistral 7B). A hybrid stack's memory is set
 #   by its global layers.
+# * Decode is memory-bound: a step takes at least `(weights + b × KV bytes) / bandwidth`. The cache dominates
+#   past `b × tokens ≈ weights / 128 KiB` (110k tokens for Mistral 7B in fp16); there a window saves time too.
 # * The convention: `i - W < j <= i`, `W` keys. Mistral's `one_file_ref.py` prefill mask admits `W + 1`.
 #
 # ## Going further

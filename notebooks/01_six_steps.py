@@ -12,8 +12,7 @@
 # %% [markdown]
 # # Lesson 1 — A sliding-window KV cache in six steps
 #
-# **Time:** about 35 minutes, plus 15 for [exercise 01](../exercises/01_sliding_window_cache.ipynb), which
-# you do in the middle of the lesson. **You need:** lesson 0 (why a window bounds the cache, the convention).
+# **Time:** about 45 minutes for the lesson, plus 15–30 for [exercise 01](../exercises/01_sliding_window_cache.ipynb), which you do in the middle of the lesson, before you see step 4's code. **You need:** lesson 0 (why a window bounds the cache, the convention).
 #
 # **By the end you will be able to**
 #
@@ -147,6 +146,15 @@ for x in [1.0, 2.0, 3.0, 4.0, 5.0]:
 # %% [markdown]
 # Every token is kept now, but the cache ignores its window and grows forever: this is the
 # ordinary cache of lesson 0. Time to evict.
+#
+# > **Your turn, before you read on (15–30 minutes).** What is left is eviction: once the cache holds
+# > more than `window_size` tokens, drop the oldest, and return what the cache holds *after* dropping.
+# > Which end of the token axis holds the oldest token, and which one line of indexing keeps only the
+# > newest `window_size`? Work it out yourself in
+# > [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb): write the whole
+# > class and run its check cell, which grades your cache against the library's on many shapes, dtypes and
+# > lengths. Then come back and compare with step 4; step 5 shows what goes wrong if you return before
+# > evicting.
 
 # %% [markdown]
 # ## Step 4 — Evict from the front by slicing
@@ -155,12 +163,6 @@ for x in [1.0, 2.0, 3.0, 4.0, 5.0]:
 # `window_size`: `self.k[:, :, -window_size:]`. The oldest token sits at the front of the token
 # axis, so it is the one that falls off. No index bookkeeping is needed: the slice *is* the
 # eviction policy.
-#
-# > **Your turn, before you read on (15 minutes).** You now have everything the finished class needs.
-# > Open [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb), write the
-# > whole class (steps 1–5: return what the cache holds *after* evicting) yourself and run its check cell:
-# > it grades your cache against the library's on many shapes, dtypes and lengths. Then come back and
-# > compare with the code below; step 5 shows what goes wrong if you return before evicting.
 
 # %%
 class SlidingWindowKVCache:

@@ -12,7 +12,7 @@
 # %% [markdown]
 # # Lesson 2 — Watching eviction
 #
-# **Time:** about 20 minutes. **You need:** lesson 1 (the sliding-window cache).
+# **Time:** about 30 minutes (no exercise: playing with the explorer is the exercise). **You need:** lesson 1 (the sliding-window cache).
 #
 # **By the end you will be able to**
 #
@@ -87,7 +87,9 @@ plot_slots(ring, 9)
 # %% [markdown]
 # ## Attention sinks: keep the first tokens forever
 #
-# Models park a lot of attention on the very first tokens. The `sinks` policy pins `S` of them in front
+# Many models trained with full attention park a lot of attention on the very first tokens (StreamingLLM,
+# Xiao et al. 2023, shows it in Llama 2 and streams Llama 2, MPT, Falcon and Pythia with it); not every model does, and lesson 5 shows
+# that the course's own model, trained with a window, does not. The `sinks` policy pins `S` of them in front
 # of the ring (orange) and slides the window behind them. In the mask, the sink columns stay open for
 # every query.
 

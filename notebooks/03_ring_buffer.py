@@ -12,12 +12,12 @@
 # %% [markdown]
 # # Lesson 3 — The rolling buffer cache: the same window without copying it
 #
-# **Time:** about 50 minutes, plus 25 for [exercise 03](../exercises/03_ring_buffer.ipynb) and 20 for
-# [exercise 07](../exercises/07_chunk_mask.ipynb), both done where the lesson reaches them. **You need:**
+# **Time:** about 80 minutes for the lesson (RoPE included), plus 25–45 for [exercise 03](../exercises/03_ring_buffer.ipynb) and 20–35 for [exercise 07](../exercises/07_chunk_mask.ipynb), both done where the lesson reaches them. **You need:**
 # lessons 0–2 (the convention, lesson 1's cache, slots in the explorer).
 #
 # **By the end you will be able to**
 #
+# 0. say what RoPE does to a key and why it makes a score depend on distance only;
 # 1. measure what the cat-and-slice cache copies, and explain why a ring buffer copies nothing;
 # 2. write a ring buffer (slot `p % W`, positions in slot order) and state its invariants;
 # 3. explain why slot order is harmless for one query, and build the position mask a chunk of queries needs;
@@ -32,6 +32,7 @@
 # words of Mistral's reference repository, "The cache has a fixed size of W, and we store the (key, value)
 # for position i in cache position i % W." This lesson
 #
+# 0. teaches rotary positions (RoPE), which let a key sit in any slot,
 # 1. measures the copy the naive cache makes,
 # 2. walks through the slots step by step, with a short readable ring next to the library's,
 # 3. shows why the slots' scrambled order does not matter for one query, and why a chunk of queries
@@ -74,6 +75,76 @@ def sync():
 # %%
 # NBVAL_IGNORE_OUTPUT
 print("running on", dev)
+
+# %% [markdown]
+# ## 0. Rotary positions (RoPE), the one thing a ring buffer relies on
+#
+# A ring buffer stores keys in whatever slot is free, so a key must say by itself where it came from. In
+# Mistral, Llama, Gemma and this course's decoder it does, through **rotary position embeddings** (RoPE,
+# Su et al. 2021, arXiv:2104.09864). RoPE cuts each query and key vector of `d` numbers into `d/2` **pairs**
+# and turns pair `t` of the vector at position `p` by the angle `p · f_t`, with frequencies
+# `f_t = θ^(-2t/d)` running from 1 radian per position down to almost nothing (`θ = 10000`). In the
+# "halves" layout of Hugging Face and of `swkv_teach.model`, dims `t` and `t + d/2` form pair `t`.
+#
+# Below, one key vector whose every pair starts at `(1, 0)`, rotated by the library's `rotary` and
+# `apply_rotary` at positions 0 to 7, `d = 8` (four pairs). Each panel is one pair; each arrow one position.
+
+# %%
+from swkv_teach.model import apply_rotary, rotary
+
+d_rope, theta = 8, 10000.0
+positions = torch.arange(8)
+cos, sin = rotary(positions, d_rope, theta, torch.float32)        # (8 positions, d): angles p * f_t
+key = torch.cat([torch.ones(d_rope // 2), torch.zeros(d_rope // 2)])  # every pair (x_t, x_{t+d/2}) = (1, 0)
+rotated = apply_rotary(key.expand(1, 1, 8, d_rope), cos, sin)[0, 0]  # (8 positions, d)
+
+fig, axes = plt.subplots(1, d_rope // 2, figsize=(9.6, 2.8))
+colors = plt.get_cmap("viridis")(torch.linspace(0, 0.9, len(positions)).numpy())
+for t, ax in enumerate(axes):
+    for p in positions.tolist():
+        x, y = rotated[p, t].item(), rotated[p, t + d_rope // 2].item()
+        ax.annotate("", xy=(x, y), xytext=(0, 0), arrowprops=dict(arrowstyle="->", color=colors[p], lw=1.6))
+        ax.text(1.12 * x, 1.12 * y, str(p), fontsize=8, color=colors[p], ha="center", va="center")
+    ax.set(xlim=(-1.3, 1.3), ylim=(-1.3, 1.3), aspect="equal", xticks=[], yticks=[],
+           title=f"pair {t}: dims {t} & {t + d_rope // 2}\n{theta ** (-2 * t / d_rope):g} rad / position")
+fig.suptitle("RoPE turns each pair by position × its own frequency (arrow label: position)", y=1.04)
+plt.show()
+plt.close(fig)
+
+# %% [markdown]
+# Pair 0 turns a full radian per position; pair 3 hardly moves in eight. Fast pairs tell near positions
+# apart, slow pairs far ones. The property that matters: a rotation keeps lengths, and the dot product of
+# two vectors turned by angles `a` and `b` depends only on `a - b`. So the score of a query rotated to
+# position `i` with a key rotated to position `j` depends on **`i - j` alone**. Check it: put one query and
+# one key at every position `0..15`, score every pair, and compare the scores along each diagonal
+# `i - j = constant`; then move both by 1000 positions.
+
+# %%
+g = torch.Generator().manual_seed(0)
+qv, kv = torch.randn(24, generator=g), torch.randn(24, generator=g)   # head_dim 24, as the decoder's
+P16 = torch.arange(16)
+
+
+def rotate(v, pos):
+    cos, sin = rotary(pos, v.shape[-1], theta, torch.float32)
+    return apply_rotary(v.expand(1, 1, len(pos), v.shape[-1]), cos, sin)[0, 0]   # (len(pos), d)
+
+
+scores = rotate(qv, P16) @ rotate(kv, P16).T                          # scores[i, j]: query at i, key at j
+spread = max((scores.diagonal(o) - scores.diagonal(o)[0]).abs().max().item() for o in range(-15, 16))
+print("scores equal along every diagonal i - j = const (to 1e-5, float32 rounding):", spread < 1e-5)
+far = rotate(qv, P16 + 1000) @ rotate(kv, P16 + 1000).T
+print("every score unchanged when both positions move by 1000 (to 1e-4):", torch.allclose(far, scores, atol=1e-4))
+
+# %% [markdown]
+# That is what makes a ring buffer possible:
+#
+# * each key is rotated **once**, by its own absolute position, *before* it is cached;
+# * a query at position `p` is rotated by `p`, and its score with a cached key depends only on their distance,
+#   so the key's slot, and the order in which the cache returns keys, do not matter (section 3 checks it);
+# * when the window slides, nothing stored is touched: no key is ever re-rotated;
+# * the position of a new token must be the number of tokens **seen**, never the number stored (section 4;
+#   lesson 4 runs the bug on the trained model).
 
 # %% [markdown]
 # ## 1. What the naive cache copies
@@ -145,8 +216,50 @@ plt.close(fig)
 # for values). Token `p` goes into slot `p % W`. While the buffer fills, slots are used in order;
 # after that, each new token overwrites the slot of the token that just fell out of the window,
 # which is exactly the token at position `p - W`.
-#
-# > **Your turn, before you read on (25 minutes).** That paragraph is the whole algorithm. Write it in
+
+# %% [markdown]
+# Here is the picture to keep in mind, drawn for `W = 4` just after token 6 was written. Top: the token
+# stream; bottom: the buffer's four slots. Token `p` lives in slot `p % W`; the write pointer (red) is the
+# slot the next token takes, which always holds the oldest token, the one leaving the window.
+
+# %%
+from matplotlib.patches import FancyArrowPatch, Rectangle
+
+
+def draw_ring(ax, W, last):
+    """Token stream 0..last+1 over W slots; token p in slot p % W; the pointer at slot (last + 1) % W."""
+    kept = range(max(0, last - W + 1), last + 1)
+    for p in range(last + 2):
+        color = "#2171b5" if p in kept else ("#fd8d3c" if p == last + 1 else "#d9d9d9")
+        ax.add_patch(Rectangle((p, 2), 0.9, 0.9, color=color))
+        ax.text(p + 0.45, 2.45, str(p), ha="center", va="center", color="white" if p in kept else "black")
+    x0 = (last + 2 - W) / 2                                          # centre the slots under the stream
+    for s in range(W):
+        p = max(q for q in kept if q % W == s)                        # the position slot s holds
+        ax.add_patch(Rectangle((x0 + s, 0), 0.9, 0.9, facecolor="white", edgecolor="black"))
+        ax.text(x0 + s + 0.45, 0.45, f"tok {p}", ha="center", va="center")
+        ax.text(x0 + s + 0.45, -0.35, f"slot {s}", ha="center", va="center", fontsize=9, color="0.35")
+        ax.add_patch(FancyArrowPatch((p + 0.45, 2), (x0 + s + 0.45, 0.9), arrowstyle="->", color="#2171b5",
+                                     mutation_scale=10, lw=1))
+    nxt = (last + 1) % W
+    ax.add_patch(FancyArrowPatch((last + 1.45, 2), (x0 + nxt + 0.6, 0.9), arrowstyle="->", color="#d62728",
+                                 mutation_scale=14, lw=2, linestyle="--"))
+    ax.text(x0 + W + 0.2, 0.45, f"write pointer: token {last + 1}\ngoes to slot {nxt}, over token {last + 1 - W}",
+            va="center", color="#d62728")
+    ax.text(-0.2, 2.45, "stream", ha="right", va="center")
+    ax.text(x0 - 0.2, 0.45, "buffer", ha="right", va="center")
+    ax.set(xlim=(-1.6, last + 6), ylim=(-0.8, 3.1), aspect="equal")
+    ax.axis("off")
+
+
+fig, ax = plt.subplots(figsize=(9.0, 2.9))
+draw_ring(ax, W=4, last=6)
+ax.set_title("Ring buffer, W = 4, after token 6: blue = in the window, grey = evicted, orange = next", fontsize=10)
+plt.show()
+plt.close(fig)
+
+# %% [markdown]
+# > **Your turn, before you read on (25–45 minutes).** That paragraph and the picture are the whole algorithm. Write it in
 # > [exercises/03_ring_buffer.ipynb](../exercises/03_ring_buffer.ipynb): `update`, `positions` (which
 # > position each returned key holds) and `ordered()`, graded against the library on many shapes and
 # > lengths. Then come back.
@@ -236,9 +349,9 @@ print("same output (to 1e-6):", torch.allclose(out, out_perm, atol=1e-6))
 # The catch is in "to 1e-6": a different order changes the rounding, so ring and naive agree to
 # floating-point tolerance rather than bit for bit.
 #
-# There is a condition, though: each key must already **carry its position**. In a real model
-# rotary embeddings (RoPE) rotate each key by its absolute position *before* it is cached, so a
-# key means the same thing wherever it sits in the buffer. Nothing in attention reads the slot index.
+# There is a condition, though: each key must already **carry its position**. That is section 0's
+# RoPE: each key is rotated by its absolute position *before* it is cached, so a key means the same
+# thing wherever it sits in the buffer. Nothing in attention reads the slot index.
 #
 # For a single decoding query nothing else is needed: every key the ring holds is inside that
 # query's window, so there is nothing to mask.
@@ -254,7 +367,7 @@ print("query", p, "may see every returned key:", window_mask([p], ring.positions
 # chunk, and `cache.positions` lists their absolute positions. The mask must be built from those positions,
 # not from the keys' index in the tensor.
 #
-# > **Your turn (20 minutes):** write that mask in
+# > **Your turn (20–35 minutes):** write that mask in
 # > [exercises/07_chunk_mask.ipynb](../exercises/07_chunk_mask.ipynb), then come back.
 #
 # Here are short, readable versions of the two library functions this lesson has been calling,

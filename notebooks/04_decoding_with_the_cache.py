@@ -12,7 +12,7 @@
 # %% [markdown]
 # # Lesson 4 — Decoding with the cache
 #
-# **Time:** about 45 minutes. **You need:** lessons 1–3 (the caches, `seen` vs stored, masks from
+# **Time:** about 75 minutes for the lesson, plus 25–45 for [exercise 06](../exercises/06_cached_decode.ipynb), done where the lesson reaches it. **You need:** lessons 1–3 (the caches, `seen` vs stored, masks from
 # positions).
 #
 # **By the end you will be able to**
@@ -23,7 +23,9 @@
 #   keep keys in any slot;
 # * recognise the `len(cache)`-instead-of-`seen` bug from its symptom (exact for the first `W + 1`
 #   tokens, positions `0..W`, then drifting);
-# * say what changing the window at inference costs, and test an explanation instead of asserting it.
+# * say what changing the window at inference costs, and test an explanation instead of asserting it;
+# * batch prompts of different lengths: left padding, a pad mask, positions per row, and the bug of a
+#   shared position counter.
 #
 # Lessons 1–3 fed caches with random keys. Here a real model produces them: a small Mistral-style
 # decoder (`swkv_teach.model.Decoder`), trained on the characters of Python's standard library
@@ -35,10 +37,12 @@
 # 2. checks that decoding token by token through the caches gives **the same logits** as running
 #    the whole sequence at once (the oracle);
 # 3. feeds a prompt **longer than the window**, in chunks (chunked prefill), and checks it again;
-# 4. explains **RoPE**, the reason a key may sit in any slot, and runs the classic position bug;
+# 4. checks the model's **RoPE** against a readable one (lesson 3 taught why it lets a key sit in any
+#    slot), and runs the classic position bug;
 # 5. checks the decoder against Hugging Face's `MistralForCausalLM` (when `transformers` is installed);
 # 6. lets the model write text with the ring cache;
-# 7. changes the cache's window at inference, measures what that costs, and tests why.
+# 7. changes the cache's window at inference, measures what that costs, and tests why;
+# 8. batches prompts of different lengths: left padding, the pad mask, and positions per row.
 #
 # Window convention, as everywhere in the course (`swkv_teach.masks`): query `i` attends key `j`
 # exactly when `i - W < j <= i`. Unfamiliar term? See the [glossary](../docs/glossary.md); formulas
@@ -222,14 +226,14 @@ for chunk_size in (1, 7, 16, 64, 100, 200):
 # `model.generate` does exactly this: the prompt as one chunk, then one token per step.
 
 # %% [markdown]
-# ## 4. RoPE: why a key may sit in any slot
+# ## 4. RoPE in the model, and the position bug
 #
 # The ring buffer stores position 70's key in slot `70 % 64 = 6`, and returns keys in slot order.
 # Nothing in the attention above knows which slot a key came from, yet the results equal the
 # oracle's. The reason is how this model (like Mistral, Llama, Gemma) encodes position: **rotary
-# position embeddings** (RoPE, Su et al. 2021, arXiv:2104.09864).
+# position embeddings** (RoPE, Su et al. 2021, arXiv:2104.09864), which lesson 3 (section 0) taught.
 #
-# RoPE splits each query and key vector into pairs of numbers and turns pair `t` by the angle
+# As a reminder, RoPE splits each query and key vector into pairs of numbers and turns pair `t` by the angle
 # `position × f_t`, with frequencies `f_t = θ^(-2t/d)` running from 1 radian per position down to
 # almost nothing (`θ = 10000` here). In the halves layout used by Hugging Face and this package, dims
 # `t` and `t + d/2` form pair `t`:
@@ -257,43 +261,9 @@ print("rope() == the model's rotation of q and k (to 1e-5):",
       torch.allclose(rope(k_raw, positions, config.rope_theta), k_lib, atol=1e-5))
 
 # %% [markdown]
-# A rotation keeps lengths, and the dot product of two vectors turned by angles `a` and `b` depends
-# only on `a - b`. So the score of a query rotated to position `i` and a key rotated to position `j`
-# depends on `i - j` alone, never on `i` or `j` themselves. Check it numerically: put one query
-# vector and one key vector at every position `0..23`, score every pair, and compare the scores
-# along each diagonal `i - j = constant`; then move both by 1000 positions.
-
-# %%
-g = torch.Generator().manual_seed(2)
-qvec, kvec = torch.randn(hd, generator=g), torch.randn(hd, generator=g)
-P = 24
-pos = torch.arange(P)
-scores = rope(qvec.expand(P, hd), pos) @ rope(kvec.expand(P, hd), pos).T      # scores[i, j] = q at i · k at j
-spread = max((scores.diagonal(o) - scores.diagonal(o)[0]).abs().max().item() for o in range(-P + 1, P))
-print(f"largest difference along any diagonal i - j = const: {spread:.1e}")
-far = rope(qvec.expand(P, hd), pos + 1000) @ rope(kvec.expand(P, hd), pos + 1000).T
-print("every score unchanged when both positions move by 1000 (to 1e-4):", torch.allclose(far, scores, atol=1e-4))
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-fig, ax = plt.subplots(figsize=(5.2, 4.4), dpi=DPI)
-im = ax.imshow(scores, cmap="RdBu_r", vmin=-scores.abs().max(), vmax=scores.abs().max())
-ax.set(xlabel="key position j", ylabel="query position i", title="RoPE score q·k: constant along each i − j")
-ax.set_xticks(range(0, P, 4))
-ax.set_yticks(range(0, P, 4))
-fig.colorbar(im, ax=ax, shrink=0.8, label="score")
-fig.tight_layout()
-plt.show()
-plt.close(fig)
-
-# %% [markdown]
-# Every diagonal is one colour: the score is a function of the distance. That is what makes the
-# caches of this course simple:
-#
-# * each key is rotated **once**, by its own absolute position, and cached **after** rotation;
-# * a query at position `p` is rotated by `p`, and its score with any cached key depends only on
-#   their distance, so the key's slot, and the order in which keys are returned, do not matter;
-# * when the window slides, nothing stored is touched: no key is ever re-rotated.
+# Lesson 3 (section 0) showed why this matters: the score of a query rotated to position `i` and a key
+# rotated to position `j` depends on `i - j` only, so keys are rotated once, cached after rotation, and may
+# sit in any slot.
 #
 # All of it rests on one number being right: the position `p` of each new token, which must be the
 # count of tokens **seen**. A cache stores at most `W` tokens, so `len(cache)` stops at `W`; use it
@@ -373,7 +343,7 @@ plt.close(fig)
 # %% [markdown]
 # ## 5. The same numbers as Hugging Face
 #
-# `Decoder.from_hf(mistral)` copies the weights of a Hugging Face `MistralForCausalLM` into our
+# `swkv_teach.hf.from_hf(mistral)` copies the weights of a Hugging Face `MistralForCausalLM` into our
 # decoder (`swkv_teach/hf.py` maps the names). If our window rule, RoPE layout, GQA or norms were
 # off by anything, logits would differ. We build a tiny random Mistral locally (nothing is
 # downloaded), with sliding window 8, and compare the full forward, scoring through the ring cache
@@ -391,7 +361,7 @@ if importlib.util.find_spec("transformers") is None:
 else:
     from transformers import MistralConfig, MistralForCausalLM
 
-    from swkv_teach.model import Decoder
+    from swkv_teach.hf import from_hf
 
     torch.manual_seed(0)
     hf_config = MistralConfig(
@@ -400,7 +370,7 @@ else:
         initializer_range=0.1, attn_implementation="eager", bos_token_id=None, eos_token_id=None, pad_token_id=None,
     )
     mistral = MistralForCausalLM(hf_config).to(dev).eval()
-    ours = Decoder.from_hf(mistral)
+    ours = from_hf(mistral)
     x = torch.randint(0, 100, (2, 45), generator=torch.Generator().manual_seed(1)).to(dev)  # > 5 windows
     with torch.no_grad():
         reference = mistral(x).logits
@@ -607,6 +577,121 @@ plt.close(fig)
 # guarantees it runs well with any other; when you need longer context, methods such as position
 # interpolation (Chen et al. 2023, arXiv:2306.15595) rescale positions so that distances stay in the
 # trained range, and fine-tune briefly.
+
+# %% [markdown]
+# ## 8. Batches of different lengths
+#
+# Everything so far decoded one text at a time. A server batches: several prompts go through one forward,
+# as rows of one tensor. Prompts have different lengths, so the short ones are **left-padded**: filler
+# tokens in front, so that every row's newest token sits in the last column and the next token of every
+# row is written into the same column. Three things then need care:
+#
+# 1. **an attention mask**: no real query may attend to a pad key;
+# 2. **positions per row**: the short row's first real token is at position 0 of *its* text, not at the
+#    column it sits in (Hugging Face's `generate` builds `position_ids = attention_mask.long().cumsum(-1) - 1`,
+#    `prepare_inputs_for_generation` in `generation/utils.py`; FlashAttention takes `cache_leftpad` and
+#    per-row `cache_seqlens`, lesson 6);
+# 3. whatever numbering the keys were cached with, the queries must use the **same** one.
+#
+# `Decoder.step` knows none of this: it has one position counter for the whole batch (`caches[0].seen`,
+# the columns) and no pad mask. Feed it two left-padded prompts and compare each row with the same text
+# decoded alone:
+
+# %%
+PAD = 0                                                             # any id: a correct mask never lets it be read
+texts = [heldout[:100], heldout[300:370]]                            # 100 and 70 characters
+lens = [len(t) for t in texts]
+pad = torch.tensor([max(lens) - n for n in lens], device=dev)        # leading pad columns per row: [0, 30]
+batch = torch.tensor([[PAD] * (max(lens) - n) + tok.encode(t) for t, n in zip(texts, lens)], device=dev)
+cont = torch.randint(1, tok.vocab_size, (2, 24), generator=torch.Generator().manual_seed(3)).to(dev)  # 24 more tokens each
+
+with torch.no_grad():
+    alone = [model(torch.cat([torch.tensor([tok.encode(t)], device=dev), cont[b : b + 1]], 1))[0, lens[b] - 1 :]
+             for b, t in enumerate(texts)]                           # the oracle, one text at a time: (25, vocab)
+
+
+def compare(logits, what):
+    """logits (2, 25, vocab) from the last prompt token on; each row against its text decoded alone."""
+    errs = [(logits[b] - alone[b]).abs().max().item() for b in range(2)]
+    verdict = ["exact (< 1e-4)" if e < 1e-4 else "wrong (> 0.1)" if e > 0.1 else "close, not exact" for e in errs]
+    print(f"{what:<46} long row {verdict[0]:<15} short row {verdict[1]}")
+
+
+with torch.no_grad():
+    caches = model.new_caches("ring")
+    out = [model.step(batch, caches)[:, -1]] + [model.step(cont[:, s : s + 1], caches)[:, -1] for s in range(24)]
+compare(torch.stack(out, 1), "Decoder.step, left padding, no pad mask:")
+
+# %% [markdown]
+# The long row has no padding and is exact; the short row is wrong from the first token, because its
+# queries attend to the 30 pad keys. The fix needs a step that takes a position per row and masks pads.
+# Here it is, written out with the model's parts (as in section 7): RoPE by each row's own positions
+# (`rotary` of lesson 3 gives `(rows × tokens, head_dim)` angles, reshaped to broadcast over heads), the
+# ring cache as before (its write pointer counts columns, shared by the rows), and a mask that is the
+# window rule on columns (a row's positions and columns differ by its pad, so distances agree) **and**
+# "not a pad key". A pad query sees only itself, so that no row of the softmax is empty.
+
+# %%
+from swkv_teach.model import apply_rotary, rotary
+
+
+@torch.no_grad()
+def step_rows(ids, caches, positions, pad, mask_pads=True):
+    """Feed ids (B, c); positions (B, c) per row; pad (B,) leading pad columns per row -> logits (B, c, vocab)."""
+    B, c = ids.shape
+    nh, nkv, hd = config.n_heads, config.n_kv_heads, config.head_dim
+    cols = torch.arange(caches[0].seen, caches[0].seen + c, device=ids.device)          # shared columns
+    cos, sin = rotary(positions.flatten(), hd, config.rope_theta, torch.float32)
+    cos, sin = cos.view(B, 1, c, hd), sin.view(B, 1, c, hd)                            # per row, all heads
+    x = model.embed(ids)
+    for layer, cache in zip(model.layers, caches):
+        qkv = layer.attn.qkv_proj(layer.attn_norm(x)).view(B, c, nh + 2 * nkv, hd).transpose(1, 2)
+        qk = apply_rotary(qkv[:, : nh + nkv], cos, sin)                                 # queries and keys
+        k, v = cache.update(qk[:, nh:], qkv[:, nh + nkv :])
+        kcols = cache.positions                                                         # columns of the keys
+        allowed = window_mask(cols, kcols, W)[None]                                     # (1, c, n)
+        if mask_pads:
+            real = kcols[None, None, :] >= pad[:, None, None]                           # (B, 1, n)
+            allowed = allowed & (real | (kcols[None, None, :] == cols[None, :, None]))   # a pad query: itself
+        y = F.scaled_dot_product_attention(qk[:, :nh], k, v, attn_mask=allowed[:, None], enable_gqa=True)
+        x = x + layer.attn.o_proj(y.transpose(1, 2).reshape(B, c, nh * hd))
+        x = x + layer.mlp(layer.mlp_norm(x))
+    return model.lm_head(model.norm(x))
+
+
+def run(prefill_positions, decode_positions, mask_pads=True):
+    caches = model.new_caches("ring")
+    cols = torch.arange(max(lens), device=dev).expand(2, -1)
+    out = [step_rows(batch, caches, prefill_positions(cols), pad, mask_pads)[:, -1]]
+    for s in range(24):
+        col = torch.full((2, 1), max(lens) + s, device=dev)
+        out.append(step_rows(cont[:, s : s + 1], caches, decode_positions(col), pad, mask_pads)[:, -1])
+    return torch.stack(out, 1)
+
+
+per_row = lambda col: (col - pad[:, None]).clamp(min=0)              # position in the row's own text
+shared = lambda col: col                                             # one counter for the batch: the column
+compare(run(per_row, per_row), "per-row positions, pads masked:")
+compare(run(shared, shared), "one shared counter everywhere, pads masked:")
+compare(run(per_row, shared), "per-row prefill, then one shared counter:")
+compare(run(per_row, per_row, mask_pads=False), "per-row positions, pads not masked:")
+
+# %% [markdown]
+# Read the four lines together:
+#
+# * **Per-row positions and a pad mask** reproduce each text decoded alone: the fix.
+# * **One shared counter used everywhere is also exact**, and that is RoPE, not luck: every query and key of
+#   the short row is numbered 30 too high, and a RoPE score depends on the distance only (lesson 3). A model
+#   with absolute position embeddings (GPT-2's) has no such excuse.
+# * **The bug is mixing the two.** Prefill with per-row positions (as `generate` does from the attention
+#   mask), then decode on the batch's shared counter, and the short row's new queries sit 30 positions
+#   further from its cached keys than they are: its logits are off by whole units (7 in our run) from the
+#   first decoded token. The same happens when a request joins a running batch with keys numbered from 0 while the batch
+#   counts columns. It is lesson 4's `len(cache)` bug in another form: one number, two meanings.
+# * **Without the pad mask** the positions do not help: the short row's queries read 30 keys of filler.
+#
+# Engines avoid padding altogether: FlashAttention's `cache_seqlens` (and `cache_leftpad`) give each row its
+# own length, and paged caches give each sequence its own block table (lesson 7), so no pad is ever stored.
 #
 # ## What to remember
 #
@@ -624,6 +709,8 @@ plt.close(fig)
 #   growing it past the trained window shows the model distances it never saw, and costs more.
 # * An explanation that fits a table is a hypothesis until an experiment that could refute it
 #   doesn't.
+# * A batch of different lengths needs a pad mask and one position numbering per row, used by keys and
+#   queries alike; with RoPE a shared counter is harmless only if every key and query of a row uses it.
 #
 # ## Going further
 #

@@ -12,7 +12,7 @@
 # %% [markdown]
 # # Lesson 5 — Eviction policies: LRU, the window, and attention sinks
 #
-# **Time:** about 40 minutes. **You need:** lessons 1–4 (the ring buffer, positions, the trained
+# **Time:** about 50 minutes for the lesson, plus 20–35 for [exercise 04](../exercises/04_lru_cache.ipynb) and 25–45 for [exercise 05](../exercises/05_sink_cache.ipynb). **You need:** lessons 1–4 (the ring buffer, positions, the trained
 # decoder and RoPE).
 #
 # **By the end you will be able to**
@@ -25,8 +25,9 @@
 # A sliding window evicts by **age**: when token `p` arrives, token `p - W` leaves, whatever
 # happened to it. Other rules are possible, and two come up again and again:
 #
-# * **LRU** (least recently used), as in a popular blog post that builds its "sliding-window KV
-#   cache" on an `OrderedDict`. It is a fine cache, and not a sliding window: it evicts by **use**.
+# * **LRU** (least recently used), as in the blog post behind this course, "Hands-On Build Guide:
+#   Sliding-Window Attention KV Cache with LRU Eviction", which builds its "sliding-window KV cache" on an
+#   `OrderedDict`. It is a fine cache, and not a sliding window: it evicts by **use**.
 # * **Attention sinks** (StreamingLLM, Xiao et al. 2023): keep the first few tokens forever, plus
 #   the last `W`.
 #

@@ -12,7 +12,7 @@
 # %% [markdown]
 # # Lesson 7 — Serving-scale memory: paged blocks and 8-bit keys
 #
-# **Time:** about 40 minutes. **You need:** lessons 3 (the ring buffer) and 4 (the decoder); lesson 0's
+# **Time:** about 55 minutes for the lesson, plus 25–45 for [exercise 08](../exercises/08_paged_cache.ipynb) and 15–30 for [exercise 09](../exercises/09_int8_kv.ipynb). **You need:** lessons 3 (the ring buffer) and 4 (the decoder); lesson 0's
 # memory arithmetic helps.
 #
 # **By the end you will be able to**
@@ -67,6 +67,59 @@ COLORS = {"A": "#4C72B0", "B": "#DD8452", "C": "#55A868", "D": "#C44E52"}
 # starts on them. Every state
 # below is read from the real caches (`cache.block_table`, `pool.holdings()`), with each token's key set to
 # its position so we can see which tokens sit where.
+
+# %% [markdown]
+# First the picture, drawn by hand for one sequence (`W = 6`, blocks of 4 tokens) after 11 tokens: token `p`
+# belongs to logical block `p // 4`; the block table says which pool block holds each logical block the
+# sequence still needs. Logical block 0 (tokens 0–3) has left the window, so its pool block went back to the
+# pool; the other pool blocks belong to other sequences or are free.
+
+# %%
+from matplotlib.patches import FancyArrowPatch, Rectangle
+
+
+def draw_block_table(ax, seen=11, W=6, bs=4, table=(5, 2), first_logical=1, pool_owner="BBA  AB  "):
+    """Tokens -> logical blocks -> block table -> pool blocks, for one sequence ("A") of a shared pool."""
+    kept = range(seen - W, seen)
+    for p in range((seen // bs + 1) * bs):                          # the token stream, in logical blocks
+        color = "#4C72B0" if p in kept else ("#d9d9d9" if p < seen else "white")
+        ax.add_patch(Rectangle((p + 0.15 * (p // bs), 3), 0.9, 0.8, facecolor=color, edgecolor="0.6"))
+        if p < seen:
+            ax.text(p + 0.15 * (p // bs) + 0.45, 3.4, str(p), ha="center", va="center", fontsize=9,
+                    color="white" if p in kept else "black")
+    for lb in range(seen // bs + 1):
+        x = lb * bs * 1.0 + 0.15 * lb + bs / 2
+        ax.text(x, 4.15, f"logical block {lb}", ha="center", fontsize=9)
+    for i, block in enumerate(table):                               # the block table, one entry per held block
+        ax.add_patch(Rectangle((2 + 1.2 * i, 1.5), 1.0, 0.8, facecolor="#fdd49e", edgecolor="black"))
+        ax.text(2.5 + 1.2 * i, 1.9, str(block), ha="center", va="center")
+        lb = first_logical + i
+        ax.add_patch(FancyArrowPatch((lb * bs + 0.15 * lb + bs / 2, 3), (2.5 + 1.2 * i, 2.3), arrowstyle="->",
+                                     color="0.3", mutation_scale=10))
+        ax.add_patch(FancyArrowPatch((2.5 + 1.2 * i, 1.5), (block * 1.6 + 0.7, 0.8), arrowstyle="->",
+                                     color="#D62728", mutation_scale=12, lw=1.5))
+    ax.text(1.8, 1.9, "block table of A", ha="right", va="center", fontsize=9)
+    owner_colors = {"A": "#4C72B0", "B": "#DD8452", " ": "white"}
+    for b, who in enumerate(pool_owner):                              # the shared pool
+        ax.add_patch(Rectangle((b * 1.6, 0), 1.4, 0.8, facecolor=owner_colors[who], edgecolor="black"))
+        ax.text(b * 1.6 + 0.7, 0.4, f"{b}" + (f" ({who})" if who != " " else " free"), ha="center", va="center",
+                fontsize=9, color="white" if who != " " else "black")
+    ax.text(-0.3, 0.4, "pool", ha="right", va="center", fontsize=9)
+    ax.set(xlim=(-2.2, 15), ylim=(-0.3, 4.5), aspect="equal")
+    ax.axis("off")
+
+
+fig, ax = plt.subplots(figsize=(9.4, 3.4), dpi=DPI)
+draw_block_table(ax)
+ax.set_title("Token p -> logical block p // 4 -> block table -> pool block (blue: A's window, grey: left it)",
+             fontsize=10)
+plt.show()
+plt.close(fig)
+
+# %% [markdown]
+# Two lookups, and both are arithmetic: the logical block is `p // block_size`, the offset inside it
+# `p % block_size`. A paged attention kernel follows the red arrows for every block a query may read
+# (lesson 6, section 5, maps FlashAttention's `block_table` argument onto this picture). Now the real thing.
 
 # %%
 W, BS = 6, 4
@@ -219,8 +272,11 @@ plt.show()
 #
 # ## 3. A small pool serving far more tokens than it holds
 #
-# Now the real decoder, serving a queue of five requests with room for three at a time (what engines call
-# continuous batching). Each request is a prompt of its own length from the held-out files and a number of
+# Now the real decoder, serving a queue of five requests with room for three at a time: **step-by-step
+# scheduling on a shared pool**. (It is not yet continuous batching: an engine that batches continuously
+# runs *one* forward over all the running requests at each step; here each running request gets its own
+# batch-1 `step`, one after the other. What it shares with continuous batching is the scheduling: requests
+# join and leave between steps, and blocks go back to the pool the step a request finishes.) Each request is a prompt of its own length from the held-out files and a number of
 # tokens to generate greedily; the running ones decode one token each per step, interleaved, and when one
 # finishes, `reset()` returns its blocks and the next request starts on them. Each of the 3 layers has its
 # own pool (engines size their KV memory per layer too; vLLM's hybrid allocator can also let layers of
@@ -305,9 +361,17 @@ plt.show()
 # its blocks go back, and the next request grows into them. Two things to notice in the numbers above. The block tables
 # are the same in every layer, because every layer takes and returns blocks in the same order: that is why
 # an engine can keep one block table per sequence for all layers that share an attention type. vLLM v1 keeps
-# one per *group* of such layers (`MultiGroupBlockTable` in `vllm/v1/worker/block_table.py`): a hybrid
-# model such as Gemma 2 or 3 has one group for its sliding layers and one for its global layers. And the greedy text is token for token the
-# ring's: paging changes where the keys live, not what attention computes.
+# one per *KV cache group* (`MultiGroupBlockTable` in `vllm/v1/worker/block_table.py`), and its groups are
+# not "the sliding layers" and "the global layers": `_get_kv_cache_groups_uniform_page_size` in
+# `vllm/v1/core/kv_cache_utils.py` splits the layers into groups of the *same number of layers*, so that
+# every group's blocks have the same page size. Its docstring's example: "a model with 10 full attention
+# layers and 20 sliding window attention layers ... there are 3 kv_cache_groups, each of which represents
+# 10 layers" (one full, two sliding), each with its own block table. The group size is the smaller count,
+# the "1" of an n : 1 pattern (its comment names Gemma 3's 5 : 1): Gemma 3 27B, 10 global and 52 sliding
+# layers, gets seven groups of 10, one global and six sliding (the last padded). Only a model whose two
+# counts are close (1 : 1, as Gemma 2, or within 1.5x of each other) gets two. And
+# the greedy text is token for token the ring's: paging changes where the keys live, not what attention
+# computes.
 #
 # Real engines free slightly earlier than we do. In vLLM v1 (`vllm/v1/core/single_type_kv_cache_manager.py`
 # at commit 129ab7c) `SingleTypeKVCacheManager.remove_skipped_blocks` frees, before each step, the blocks
@@ -447,7 +511,8 @@ for name, (loc, glo, w) in models.items():
 # * Between updates a sequence holds at most `ceil((W - 1) / block_size) + 1` blocks: at most about one
 #   block per sequence more than the window itself. Small blocks waste less; large blocks read faster.
 # * The block tables of layers of one attention type coincide, so engines keep one per sequence for each
-#   such group of layers (vLLM v1: one per group; a hybrid model has two).
+#   group of layers. vLLM v1's groups hold equal numbers of layers: 10 full + 20 sliding layers make 3
+#   groups, Gemma 3 27B's 10 + 52 make seven; only a 1 : 1 model (or nearly) gets two.
 # * int8 with a float32 absmax scale per token and head: `(head_dim + 4) / (2 * head_dim)` of float16, every
 #   element within `max |x| / 254`, and on the checkpoint a held-out loss change in the fourth decimal.
 # * In hybrid stacks the global layers dominate long-context memory: quantise them first.

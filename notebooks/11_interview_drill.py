@@ -12,7 +12,7 @@
 # %% [markdown]
 # # Lesson 11 — Interview drill
 #
-# **Time:** about 60 minutes (4 per question, answered aloud before you open the fold). **You need:**
+# **Time:** about 90 minutes (fifteen questions, 4–8 minutes each answered aloud before you open the fold, plus re-reading what you missed). **You need:**
 # lessons 0–10; it comes last so that every question is about something taught (each answer says where its
 # topic is taught). Sources: [references](../docs/references.md); formulas: [cheat sheet](../docs/cheatsheet.md).
 #
@@ -106,7 +106,9 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # A window caps the cached attention term at `4·W·d`, so the step cost stops growing.
 # The price of the cache is memory: `2 × layers × kv_heads × head_dim × bytes` per token, kept for
 # as long as the token may be attended to, and read at every step (on a GPU that read, not the
-# FLOPs, usually sets the speed). Lesson 0, section 1 works the numbers.
+# FLOPs, usually sets the speed: `(weights + batch × KV bytes) / bandwidth` is a floor on each step, about
+# 4.4 ms for Mistral 7B on an H100 SXM at batch 1). Lesson 0, sections 1 and 2, works the numbers; lesson 6,
+# section 4, measures the cache against recomputing.
 #
 # </details>
 
@@ -313,8 +315,10 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 #
 # Not everyone: Mistral's first **reference code**, `one_file_ref.py` (mistral-src, first commit,
 # line 261), builds its prefill mask with `torch.triu(mask, diagonal=-sliding_window)`, which admits
-# `i - W <= j <= i`, **W + 1** keys, while its decode path reads a rolling buffer of `W` slots; the
-# paper's own wording ("positions between i − W and i", arXiv:2310.06825, §2) reads the same way.
+# `i - W <= j <= i`, **W + 1** keys, while its decode path reads a rolling buffer of `W` slots. The
+# paper (arXiv:2310.06825) says both: §2's wording, "positions between i − W and i", reads as `W + 1`,
+# while its Figure 1 caption says "each token can attend to at most W tokens from the previous layer
+# (here, W = 3)" and its rolling buffer cache "has a fixed size of W".
 # And Hugging Face's flash-attention path passed `window_size=(W, W)` (transformers issue #39408):
 # with causal masking `W + 1` keys, one more than its eager/SDPA path, so the same model gave
 # different results depending on the backend; fixed in PR #40163 (August 2025). Lesson 0 builds the
@@ -331,7 +335,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # <details><summary><b>Answer</b> (try first)</summary>
 #
 # Each layer moves information at most `W - 1` positions, so after `L` layers a token can be
-# influenced by about `L × (W - 1)` earlier tokens: about 131k for Mistral 7B (32 × 4096). Dropping
+# influenced by about `L × (W - 1)` earlier tokens: about 131k for Mistral 7B (32 × 4095 = 131 040). Dropping
 # keys older than `W` from each layer's cache loses nothing *for a model trained with the window*:
 # the older information is already folded into the hidden states of the tokens still in the
 # window. It is an approximation only for a model trained with full attention.
@@ -379,8 +383,8 @@ print("5 : 1 local/global, W = 1024:", human(kv_cache_bytes(10, 16, 128, 131072)
 #
 # * Q1, Q3, Q4, Q5, Q13, Q15: [lesson 0](00_why_cache.ipynb) (costs, bytes, hybrid stacks, forgetting).
 # * Q2, Q9, Q14: [lesson 3](03_ring_buffer.ipynb); measured in [lesson 6](06_measuring.ipynb).
-# * Q7 (LRU, sinks): [lesson 5](05_eviction_policies.ipynb). Q10, Q11: [lesson 4](04_decoding_with_the_cache.ipynb)
-#   (RoPE and the `len(cache)` bug, chunked prefill).
+# * Q7 (LRU, sinks): [lesson 5](05_eviction_policies.ipynb). Q10, Q11: RoPE in [lesson 3](03_ring_buffer.ipynb),
+#   the `len(cache)` bug and chunked prefill in [lesson 4](04_decoding_with_the_cache.ipynb).
 # * Q6, Q8 (paged blocks, int8 caches): [lesson 7](07_serving_memory.ipynb); Q7 (H2O):
 #   [lesson 8](08_which_tokens_to_keep.ipynb); prefix sharing: the PagedAttention paper cited in Q6.
 # * Q12: the convention's docstring in `swkv_teach/masks.py` and lesson 0's off-by-one section.

@@ -267,3 +267,93 @@ def test_every_exercise_is_linked_from_a_lesson():
     exercises = {Path(rel).name for rel in _notebooks("exercises")}
     assert exercises, "no exercises found"
     assert not exercises - linked, f"exercises no lesson links to: {sorted(exercises - linked)}"
+
+
+# ----------------------------------------------------------------------------- the path and known errors
+# Issue 19: each of these pins a sentence a reviewer found wrong (or a path out of order), so that the
+# error cannot come back unnoticed. They read the stored notebooks' text, as a learner does.
+NUMBERED = re.compile(r"^(\d\d)_")
+
+
+def _lesson_text(stem: str, kinds=("markdown",)) -> str:
+    rel = next((r for r in LESSONS if Path(r).stem.startswith(stem)), None)
+    assert rel is not None, f"no lesson notebooks/{stem}*.ipynb"
+    return "\n".join(c.source for c in _read(rel).cells if c.cell_type in kinds)
+
+
+def test_the_interview_drill_is_the_last_lesson():
+    """The drill asks about every lesson, so it comes after all of them, also when lessons are added."""
+    numbers = {Path(rel).stem: int(NUMBERED.match(Path(rel).name).group(1)) for rel in LESSONS
+               if NUMBERED.match(Path(rel).name)}
+    drill = [stem for stem in numbers if "interview_drill" in stem]
+    assert drill, f"no interview drill among {sorted(numbers)}"
+    last = max(numbers.values())
+    assert numbers[drill[0]] == last, f"{drill[0]} is number {numbers[drill[0]]}; the last lesson is number {last}"
+
+
+def test_every_lesson_header_gives_its_time():
+    for rel in LESSONS:
+        first = next(c.source for c in _read(rel).cells[2:] if c.cell_type == "markdown")
+        assert re.search(r"\*\*Time:\*\*[^\n]*\d+ min", first), f"{rel}: the opening cell gives no **Time:** in minutes"
+
+
+def test_exercise_01_is_linked_before_step_4_shows_the_slice():
+    """Lesson 1 sends the learner to exercise 01 before it prints the eviction slice (no transcription)."""
+    text = _lesson_text("01_", kinds=("markdown", "code"))
+    link = text.find("exercises/01_sliding_window_cache.ipynb")
+    slice_ = text.find("[:, :, -")
+    assert link != -1 and slice_ != -1, "lesson 1 should link exercise 01 and show the slice [:, :, -W:]"
+    assert link < slice_, "lesson 1 shows the slice [:, :, -W:] before it links exercise 01"
+
+
+def test_drill_q13_receptive_field_is_32_times_4095():
+    """Regression: Q13 said L x (W - 1) = 32 x 4096 for Mistral 7B; W - 1 is 4095 (lesson 0 has it right)."""
+    text = _lesson_text("11_interview_drill")
+    assert "32 × 4096" not in text and "32 x 4096" not in text, "Q13 multiplies by W, not W - 1"
+    assert "32 × 4095" in text
+
+
+MISTRAL_PAPER = re.compile(r"arXiv:2310\.06825|positions between i\s*[−-]\s*W and i")
+FIGURE_1 = "at most W tokens from the previous layer (here, W = 3)"
+
+
+def test_wherever_the_mistral_paper_is_quoted_both_of_its_readings_are():
+    """The paper contradicts itself: §2 reads as W + 1 keys, Figure 1's caption says at most W."""
+    texts = {rel: "\n".join(c.source for c in _read(rel).cells if c.cell_type == "markdown") for rel in LESSONS}
+    texts["docs/references.md"] = (ROOT / "docs" / "references.md").read_text()
+    quoting = {rel for rel, text in texts.items() if "positions between i" in text}
+    assert quoting, "no lesson quotes the paper's §2 wording any more; update this test"
+    missing = sorted(rel for rel in quoting if FIGURE_1 not in " ".join(texts[rel].replace("#", " ").split()))
+    assert not missing, f"these quote §2's 'between i − W and i' without Figure 1's '{FIGURE_1}': {missing}"
+
+
+def test_no_lesson_calls_a_loop_of_batch_1_steps_continuous_batching():
+    """Regression: lesson 7 called its loop of batch-1 steps "continuous batching" (one forward per request)."""
+    text = " ".join(_lesson_text("07_serving").replace("#", " ").split())
+    assert not re.search(r"what engines call continuous batching", text)
+    assert "step-by-step scheduling" in text
+
+
+def test_vllm_kv_cache_groups_are_not_one_per_attention_type():
+    """Regression: vLLM v1 splits layers into groups of equal size (kv_cache_utils.py), not sliding vs global."""
+    text = " ".join(_lesson_text("07_serving").replace("#", " ").split())
+    assert "one group for its sliding layers and one for its global layers" not in text
+    assert "_get_kv_cache_groups_uniform_page_size" in text and "3 kv_cache_groups" in text
+
+
+def test_which_tokens_to_keep_does_not_say_the_window_wins_or_ties():
+    """Regression: its own table has the attention-read LRU ahead of the window at B = 8, 16, 32."""
+    for rel, text in [("notebooks/08_which_tokens_to_keep", _lesson_text("08_which")),
+                      ("notebooks/README.md", README.read_text())]:
+        assert "wins or ties" not in text, f"{rel} still says the window wins or ties"
+
+
+def test_measuring_does_not_call_a_reproducible_gap_noise():
+    """Regression: ring beats naive per decoded token by a reproducible ~12 % at W = 1024, not 'within noise'."""
+    assert "within noise" not in _lesson_text("06_measuring")
+
+
+def test_the_blog_post_is_named_by_its_title():
+    title = "Hands-On Build Guide: Sliding-Window Attention KV Cache with LRU Eviction"
+    assert title in " ".join(_lesson_text("05_eviction").replace("#", " ").split())
+    assert title in (ROOT / "docs" / "references.md").read_text()
