@@ -29,6 +29,8 @@ __all__ = [
     "plot_attention_band",
     "plot_comparison",
     "plot_memory",
+    "plot_scored_step",
+    "plot_scores",
     "plot_slots",
     "plot_step",
     "plot_timeline",
@@ -87,6 +89,9 @@ def plot_token_stream(trace: Trace, step: int, ax=None) -> Figure:
         )
         ax.text(p, 0, str(p), ha="center", va="center", fontsize=10,
                 color="white" if state in ("cached", "sink") else "#333333")
+        if trace.tokens is not None:  # the token's text under its cell (record_attention)
+            ax.text(p, -0.72, _shown(trace.tokens[p]), ha="center", va="center", fontsize=9, family="monospace",
+                    color="#333333")
     for p in snap.hits:
         ax.plot(p, -0.75, marker="^", color=READ_COLOR, markersize=7, gid=f"read-{p}")
     handles = [Patch(facecolor=STATE_COLORS[s], edgecolor="#888888", label=STATE_LABELS[s]) for s in _states_present(trace)]
@@ -297,4 +302,56 @@ def plot_memory(
     ax.set_title(f"KV memory: {num_layers} layers x {num_kv_heads} kv heads x {head_dim} dims, "
                  f"{str(dtype).replace('torch.', '')} ({per_token // 1024} KiB/token)"
                  if itemsize and per_token >= 1024 else f"KV memory ({per_token} B/token)", fontsize=10)
+    return fig
+
+
+def _shown(token: str) -> str:
+    """A token's text as one readable cell label: whitespace made visible."""
+    return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(token, token)
+
+
+def plot_scores(trace: Trace, step: int, ax=None) -> Figure:
+    """Why an attention-evicting cache keeps what it keeps: each stored token's score at ``step``.
+
+    One bar per stored position (from :func:`swkv_teach.trace.record_attention`):
+    H2O's accumulated attention or TOVA's newest-query weight. Hatched bars are
+    H2O's protected recent tokens; the red bar is the one the next token evicts
+    (lowest score outside the protected ones, ties to the oldest).
+    """
+    step = _check_step(trace, step)
+    snap = trace[step]
+    if snap.scores is None:
+        raise ValueError(f"trace must come from record_attention (h2o or tova) to have scores; got policy {trace.policy!r}")
+    fig, ax = _figure_and_axes(ax, (max(6.0, 0.5 * trace.window_size), 2.6))
+    order = sorted((p, sc) for p, sc in zip(snap.slots, snap.scores) if p is not None)
+    for x, (p, sc) in enumerate(order):
+        color = ALERT_COLOR if p == snap.next_out else STATE_COLORS["cached"]
+        ax.bar(x, sc, color=color, hatch="//" if p in snap.protected else None, edgecolor="white", gid=f"score-{p}")
+    labels = [f"{p}\n{_shown(trace.tokens[p])}" if trace.tokens is not None else str(p) for p, _ in order]
+    ax.set_xticks(range(len(order)), labels, fontsize=9)
+    ax.set_xlim(-0.6, trace.window_size - 0.4)
+    what = "accumulated attention (H2O)" if trace.policy == "h2o" else "newest query's attention (TOVA)"
+    ax.set_ylabel("score", fontsize=10)
+    ax.set_xlabel("stored token (position, text)", fontsize=10)
+    handles = [Patch(facecolor=STATE_COLORS["cached"], label="stored"),
+               Patch(facecolor=ALERT_COLOR, label="evicted by the next token")]
+    if trace.policy == "h2o":
+        handles.append(Patch(facecolor="white", edgecolor="#444444", hatch="//", label="recent: never evicted"))
+    _legend_below(ax, handles)
+    ax.set_title(f"{trace.label}, step {step}: score of each stored token = {what}", fontsize=10)
+    return fig
+
+
+def plot_scored_step(trace: Trace, window: Trace, step: int) -> Figure:
+    """The explorer's panel for H2O/TOVA: the policy's token stream, the window's beside it, and the scores."""
+    step = _check_step(trace, step)
+    if not isinstance(window, Trace) or window.steps != trace.steps:
+        raise ValueError(f"window must be a Trace of the same {trace.steps} steps; got {window!r:.60}")
+    fig = Figure(figsize=(max(8.0, 0.36 * trace.steps), 7.0), dpi=DPI, layout="constrained")
+    top, middle, bottom = fig.subfigures(3, 1, height_ratios=[1.1, 1, 1.5])
+    plot_token_stream(trace, step, ax=top.add_subplot())
+    window = Trace(window.policy, window.window_size, window.num_sinks, window.steps, window.reads,
+                   window.snapshots, trace.tokens, None)  # the same text under the window's cells
+    plot_token_stream(window, step, ax=middle.add_subplot())
+    plot_scores(trace, step, ax=bottom.add_subplot())
     return fig

@@ -1,9 +1,15 @@
-"""The shipped checkpoint: a small character-level :class:`~swkv_teach.model.Decoder` trained on Python's stdlib.
+"""The shipped checkpoints: two small character-level :class:`~swkv_teach.model.Decoder` s trained on Python's stdlib.
 
 ``load_pretrained()`` returns ``(decoder, tokenizer)`` from ``swkv_teach/data/``;
-nothing is downloaded. How the weights were made (corpus files, Python and
-torch versions, steps, seed, final loss) is in ``data/char_decoder.json``;
-``python -m swkv_teach.train`` makes them again.
+nothing is downloaded. Two checkpoints ship, the same recipe with two masks:
+
+* ``name="window"`` (the default): sliding-window attention, ``W = 64``;
+  ``data/char_decoder.json`` says how it was made (corpus files, Python and
+  torch versions, steps, seed, losses); ``python -m swkv_teach.train`` makes it again.
+* ``name="full"``: full causal attention over its whole training sequence
+  (its ``window_size`` is that context); ``data/char_decoder_full.json``;
+  ``python -m swkv_teach.train --attention full`` makes it again. Attention-aware
+  eviction (H2O, TOVA) and attention sinks are about models like this one.
 
 The tokenizer's vocabulary is fixed (tab, newline, printable ASCII and one
 unknown character), so it does not depend on the corpus it met.
@@ -19,10 +25,14 @@ import torch
 
 from swkv_teach.model import Decoder, DecoderConfig
 
-__all__ = ["CHECKPOINT", "METADATA", "CharTokenizer", "load_checkpoint", "load_pretrained"]
+__all__ = ["CHECKPOINT", "CHECKPOINTS", "METADATA", "CharTokenizer", "load_checkpoint", "load_pretrained"]
 
 CHECKPOINT = "char_decoder.pt"
 METADATA = "char_decoder.json"
+CHECKPOINTS = {  # name -> (weights file, metadata file)
+    "window": (CHECKPOINT, METADATA),
+    "full": ("char_decoder_full.pt", "char_decoder_full.json"),
+}
 
 
 class CharTokenizer:
@@ -68,28 +78,40 @@ def _data_dir() -> Path:
     return Path(str(resources.files("swkv_teach") / "data"))
 
 
-def load_checkpoint(directory: str | Path | None = None) -> tuple[dict, dict]:
-    """``(state_dict, metadata)`` from ``directory`` (default: the shipped ``swkv_teach/data/``)."""
+def _files(name: str) -> tuple[str, str]:
+    if not isinstance(name, str) or name not in CHECKPOINTS:
+        raise ValueError(f"name must be one of {sorted(CHECKPOINTS)}; got {name!r}")
+    return CHECKPOINTS[name]
+
+
+def load_checkpoint(directory: str | Path | None = None, name: str = "window") -> tuple[dict, dict]:
+    """``(state_dict, metadata)`` of checkpoint ``name`` from ``directory`` (default: the shipped ``swkv_teach/data/``)."""
+    checkpoint, metadata_file = _files(name)
     directory = _data_dir() if directory is None else Path(directory)
-    pt, meta = directory / CHECKPOINT, directory / METADATA
+    pt, meta = directory / checkpoint, directory / metadata_file
     for path in (pt, meta):
         if not path.is_file():
             raise FileNotFoundError(
-                f"checkpoint file {path} is missing; run `python -m swkv_teach.train --out {directory}`"
+                f"checkpoint file {path} is missing; run "
+                f"`python -m swkv_teach.train --attention {name} --out {directory}`"
             )
     metadata = json.loads(meta.read_text())
     state = torch.load(pt, map_location="cpu", weights_only=True)
     return state, metadata
 
 
-def load_pretrained(device="cpu", directory: str | Path | None = None) -> tuple[Decoder, CharTokenizer]:
+def load_pretrained(
+    device="cpu", directory: str | Path | None = None, name: str = "window"
+) -> tuple[Decoder, CharTokenizer]:
     """The trained decoder (on ``device``, eval mode, float32) and its tokenizer.
 
     Args:
         device: where to put the decoder (``swkv_teach.device()`` picks the best).
         directory: a folder written by ``python -m swkv_teach.train --out``; default the shipped one.
+        name: ``"window"`` (sliding window W = 64, the default) or ``"full"`` (full causal
+            attention over its training context).
     """
-    state, metadata = load_checkpoint(directory)
+    state, metadata = load_checkpoint(directory, name)
     decoder = Decoder(DecoderConfig(**metadata["config"]))
     decoder.load_state_dict({k: v.float() for k, v in state.items()})
     tokenizer = CharTokenizer()

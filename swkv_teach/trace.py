@@ -17,6 +17,11 @@ and, for LRU, the ids its query read have been promoted. Worked example,
 
 which is the rule of :mod:`swkv_teach.masks` (query ``i`` sees ``i - W < j <= i``).
 
+:func:`record_attention` does the same for the caches that evict by attention
+(H2O, TOVA): it drives a real model through them one token of a real text per
+step and snapshots one layer's cache, with each stored token's score, the
+tokens H2O protects, and the one the next token would evict.
+
 :func:`memory_over_steps` gives the bytes an unbounded and a windowed cache
 hold for a model's shape; its tests check it against real caches.
 """
@@ -29,11 +34,24 @@ from dataclasses import dataclass, field
 import torch
 
 from swkv_teach._validate import check_nonnegative_int, check_positive_int
-from swkv_teach.caches import KVCache, LRUKVCache, RingBufferKVCache, SlidingWindowKVCache, make_cache
+from swkv_teach.caches import KVCache, LRUKVCache, RingBufferKVCache, ScoredKVCache, SlidingWindowKVCache, make_cache
+from swkv_teach.caches.scored import eviction_order
 
-__all__ = ["POLICIES", "Snapshot", "check_policy", "Trace", "memory_over_steps", "parse_access_pattern", "record", "stored_positions"]
+__all__ = [
+    "ATTENTION_POLICIES",
+    "POLICIES",
+    "Snapshot",
+    "check_policy",
+    "Trace",
+    "memory_over_steps",
+    "parse_access_pattern",
+    "record",
+    "record_attention",
+    "stored_positions",
+]
 
 POLICIES = ("sliding", "ring", "sinks", "lru")
+ATTENTION_POLICIES = ("h2o", "tova")  # need a model's attention: record_attention
 
 
 def check_policy(policy) -> str:
@@ -61,6 +79,9 @@ class Snapshot:
         next_slot: the write pointer, the slot token ``step + 1`` will go into.
         hits: ids read (and promoted) at this step (lru); misses: ids read but gone.
         nbytes: ``cache.nbytes`` at this step (keys and values of shape (1, 1, ., 1), float32).
+        scores: for ``h2o``/``tova``, each slot's score (aligned with ``slots``, None = empty).
+        protected: for ``h2o``, the stored positions the next token may not evict (its recent window).
+        next_out: for ``h2o``/``tova`` with every slot full, the position the next token evicts.
     """
 
     step: int
@@ -74,6 +95,9 @@ class Snapshot:
     hits: tuple[int, ...] = ()
     misses: tuple[int, ...] = ()
     nbytes: int = 0
+    scores: tuple[float | None, ...] | None = None
+    protected: tuple[int, ...] = ()
+    next_out: int | None = None
 
     def state_of(self, position: int) -> str:
         """``"sink"``, ``"cached"``, ``"evicted"`` or ``"unseen"`` for one token position."""
@@ -96,6 +120,8 @@ class Trace:
     steps: int
     reads: tuple[tuple[int, ...], ...]
     snapshots: tuple[Snapshot, ...] = field(repr=False)
+    tokens: tuple[str, ...] | None = None  # the text's characters (record_attention), for labels
+    recent: int | None = None  # H2O's recent window
 
     def __getitem__(self, step: int) -> Snapshot:
         return self.snapshots[step]
@@ -110,6 +136,10 @@ class Trace:
             return f"sinks (S={self.num_sinks}, W={self.window_size})"
         if self.policy == "lru":
             return f"lru (max_size={self.window_size})"
+        if self.policy == "h2o":
+            return f"h2o (B={self.window_size}, recent={self.recent})"
+        if self.policy == "tova":
+            return f"tova (B={self.window_size})"
         return f"{self.policy} (W={self.window_size})"
 
 
@@ -285,3 +315,74 @@ def memory_over_steps(
         "window_bytes": [n * per_token for n in window],
         "bytes_per_token": per_token,
     }
+
+
+def record_attention(policy: str, budget: int, model, token_ids, recent: int | None = None, layer: int = 0,
+                     tokens: Sequence[str] | None = None) -> Trace:
+    """Feed ``model`` the tokens ``token_ids`` one per step through fresh ``policy`` caches; snapshot layer ``layer``.
+
+    The caches are the library's (``make_cache(policy, budget, recent=...)``, one per layer),
+    driven by ``model.step`` with a plain list of caches, so the model's own mask window
+    applies, and fed by the model's real attention (``observe``). After each step the
+    snapshot holds what layer ``layer``'s cache stores, slot by slot, with each slot's
+    score, H2O's protected recent tokens, and the token the next step would evict
+    (the cache's own rule: lowest score outside the protected ones, ties to the oldest).
+
+    Args:
+        policy: one of :data:`ATTENTION_POLICIES`.
+        budget: stored tokens per layer.
+        model: a :class:`~swkv_teach.model.Decoder` (anything with ``step`` and ``layers``).
+        token_ids: the stream, a 1-D sequence of ints (or a 1-D long tensor), at least 2.
+        recent: H2O's recent window (default ``budget // 2``); ``tova`` takes none.
+        layer: which layer's cache to snapshot.
+        tokens: optional text of each token (e.g. its character), kept for labels.
+    """
+    if policy not in ATTENTION_POLICIES:
+        raise ValueError(f"policy must be one of {ATTENTION_POLICIES}; got {policy!r}")
+    check_positive_int("budget", budget)
+    if policy == "h2o":
+        recent = budget // 2 if recent is None else check_nonnegative_int("recent", recent)
+    elif recent is not None:
+        raise ValueError(f"recent is H2O's recent window; policy {policy!r} takes none, got recent={recent!r}")
+    ids = token_ids.tolist() if isinstance(token_ids, torch.Tensor) else list(token_ids)
+    if len(ids) < 2 or any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+        raise ValueError(f"token_ids must be a 1-D sequence of at least 2 int ids; got {token_ids!r:.80}")
+    n_layers = len(model.layers)
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
+        raise ValueError(f"layer must be an int in [0, {n_layers - 1}]; got {layer!r}")
+    if tokens is not None and len(tokens) != len(ids):
+        raise ValueError(f"tokens must label each of the {len(ids)} token ids; got {len(tokens)}")
+
+    caches = [make_cache(policy, budget, recent=recent) for _ in range(n_layers)]
+    device = next(model.parameters()).device
+    snapshots, before = [], ()
+    for t, token in enumerate(ids):
+        model.step(torch.tensor([[token]], device=device), caches)
+        cache: ScoredKVCache = caches[layer]
+        n = len(cache)
+        held = tuple(int(p) for p in cache.pos_buf[:n].tolist())  # slot order
+        scores = tuple(float(s) for s in cache.score_buf[:n].tolist())
+        pos = cache.pos_buf[:n]
+        guard = cache._protected(pos, cache.seen + 1)  # the rule the next token's eviction applies
+        protected = tuple(sorted(int(p) for p in pos[guard].tolist())) if guard is not None else ()
+        next_out = None
+        if n == budget:
+            order = eviction_order(cache.score_buf[:n], pos, guard)
+            next_out = int(pos[order[0]]) if len(order) else None
+        snapshots.append(
+            Snapshot(
+                step=t,
+                held=held,
+                cached=tuple(sorted(held)),
+                evicted=tuple(sorted(set(before) - set(held))),
+                slots=held + (None,) * (budget - n),
+                write_slot=held.index(t),
+                nbytes=cache.nbytes,
+                scores=scores + (None,) * (budget - n),
+                protected=protected,
+                next_out=next_out,
+            )
+        )
+        before = held
+    labels = tuple(tokens) if tokens is not None else None
+    return Trace(policy, budget, 0, len(ids), ((),) * len(ids), tuple(snapshots), labels, recent)

@@ -1,6 +1,7 @@
 """Train the shipped checkpoint: a character-level sliding-window Decoder on Python's standard library.
 
     python -m swkv_teach.train                       # writes swkv_teach/data/ (~7 min of one CPU core)
+    python -m swkv_teach.train --attention full      # the second checkpoint, full causal attention
     python -m swkv_teach.train --steps 3 --out /tmp/ck --plot /tmp/ck/loss.png
 
 The corpus is read at train time from the running interpreter's own standard
@@ -11,6 +12,12 @@ downloaded. :data:`HELDOUT_FILES` are kept out for evaluation.
 Training sequences are ``CONTEXT`` = 4 windows long, so the model learns to
 work with a window that slides: tokens past the first window never see the
 beginning, exactly as during cached generation.
+
+``--attention full`` trains the second checkpoint (``load_pretrained(name="full")``):
+the same recipe (tokenizer, corpus, held-out files, shape, steps, seed) with
+full causal attention over the whole training sequence, i.e. a window as wide
+as ``--context``. Only the mask differs, so the two checkpoints compare the
+mask and nothing else. H2O, TOVA and StreamingLLM were made for such models.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import torch.nn.functional as F
 
 from swkv_teach._validate import check_nonnegative_int, check_positive_int
 from swkv_teach.model import Decoder, DecoderConfig
-from swkv_teach.pretrained import CHECKPOINT, METADATA, CharTokenizer
+from swkv_teach.pretrained import CHECKPOINTS, CharTokenizer
 
 CORPUS_FILES = (
     "abc.py", "argparse.py", "bisect.py", "calendar.py", "collections/__init__.py", "contextlib.py", "copy.py",
@@ -44,8 +51,12 @@ WINDOW = 64
 CONTEXT = 4 * WINDOW  # tokens per training sequence
 
 
-def model_config(vocab_size: int) -> DecoderConfig:
-    """The shipped model's shape: ~0.3 M parameters, small enough to train on 2 CPU cores in minutes."""
+def model_config(vocab_size: int, window_size: int = WINDOW) -> DecoderConfig:
+    """The shipped models' shape: ~0.3 M parameters, small enough to train on 2 CPU cores in minutes.
+
+    ``window_size`` is ``WINDOW`` for the windowed checkpoint; the full-attention one passes its
+    training context, so every training query sees every earlier key of its sequence.
+    """
     return DecoderConfig(
         vocab_size=vocab_size,
         dim=96,
@@ -54,7 +65,7 @@ def model_config(vocab_size: int) -> DecoderConfig:
         n_kv_heads=2,
         head_dim=24,
         hidden_dim=256,
-        window_size=WINDOW,
+        window_size=window_size,
         rope_theta=10000.0,
         tie_embeddings=False,
     )
@@ -97,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--attention",
+        choices=tuple(CHECKPOINTS),
+        default="window",
+        help=f"'window' (W={WINDOW}, the default) or 'full' causal attention over the whole context",
+    )
+    parser.add_argument("--context", type=int, default=CONTEXT, help=f"tokens per training sequence (default {CONTEXT})")
     # one thread by default: on a shared 2-core machine two threads ran 10x slower (they wait on each other),
     # and one thread gives the same numbers on any CPU count
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
@@ -109,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     check_positive_int("--batch-size", args.batch_size)
     check_positive_int("--threads", args.threads)
     check_positive_int("--eval-batches", args.eval_batches)
+    check_positive_int("--context", args.context)
+    if args.attention == "window" and args.context < WINDOW:
+        parser.error(f"--context must be at least the window {WINDOW} for --attention window; got {args.context}")
     check_nonnegative_int("--seed", args.seed)
     previous = torch.get_num_threads()
     torch.set_num_threads(args.threads)
@@ -129,7 +150,8 @@ def train(args: argparse.Namespace) -> int:
     data = torch.tensor(tok.encode(text), dtype=torch.long)
     heldout = torch.tensor(tok.encode(heldout_text), dtype=torch.long)
 
-    config = model_config(tok.vocab_size)
+    context = args.context
+    config = model_config(tok.vocab_size, WINDOW if args.attention == "window" else context)
     model = Decoder(config)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     batches = torch.Generator().manual_seed(args.seed)  # the data order, apart from the init's RNG
@@ -141,9 +163,9 @@ def train(args: argparse.Namespace) -> int:
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr, warmup)
-        offsets = torch.randint(0, len(data) - CONTEXT - 1, (args.batch_size,), generator=batches)
-        x = torch.stack([data[o : o + CONTEXT] for o in offsets.tolist()])  # (B, T)
-        y = torch.stack([data[o + 1 : o + CONTEXT + 1] for o in offsets.tolist()])  # (B, T), shifted by one
+        offsets = torch.randint(0, len(data) - context - 1, (args.batch_size,), generator=batches)
+        x = torch.stack([data[o : o + context] for o in offsets.tolist()])  # (B, T)
+        y = torch.stack([data[o + 1 : o + context + 1] for o in offsets.tolist()])  # (B, T), shifted by one
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -155,11 +177,14 @@ def train(args: argparse.Namespace) -> int:
 
     model.eval()
     final = sum(losses[-50:]) / len(losses[-50:])
-    heldout_loss = evaluate(model, heldout, max_batches=args.eval_batches)
+    heldout_loss = evaluate(model, heldout, context, max_batches=args.eval_batches)
+    checkpoint, metadata_file = CHECKPOINTS[args.attention]
     args.out.mkdir(parents=True, exist_ok=True)
     # float16 halves the file (<= 2 MB shipped); load_pretrained converts back to float32
-    torch.save({k: v.detach().to(torch.float16).clone() for k, v in model.state_dict().items()}, args.out / CHECKPOINT)
+    torch.save({k: v.detach().to(torch.float16).clone() for k, v in model.state_dict().items()}, args.out / checkpoint)
     metadata = {
+        "name": args.attention,
+        "attention": "full causal over the training context" if args.attention == "full" else f"sliding window W={WINDOW}",
         "config": asdict(config),
         "tokenizer": {"kind": "char", "chars": tok.chars},
         "corpus": {"stdlib_files": files, "chars": len(text), "heldout_files": heldout_files},
@@ -167,7 +192,7 @@ def train(args: argparse.Namespace) -> int:
         "torch": torch.__version__,
         "steps": args.steps,
         "batch_size": args.batch_size,
-        "context": CONTEXT,
+        "context": context,
         "lr": args.lr,
         "seed": args.seed,
         "threads": args.threads,
@@ -178,9 +203,9 @@ def train(args: argparse.Namespace) -> int:
         "parameters": sum(p.numel() for p in model.parameters()),
         "weights_dtype": "float16",
     }
-    (args.out / METADATA).write_text(json.dumps(metadata, indent=1) + "\n")
+    (args.out / metadata_file).write_text(json.dumps(metadata, indent=1) + "\n")
     if args.plot is not None:
-        _plot(losses, args.plot)
+        _plot(losses, args.plot, args.attention)
     print(
         f"{args.steps} steps in {seconds:.0f} s: train loss {final:.3f}, held-out {heldout_loss:.3f} "
         f"(uniform {math.log(tok.vocab_size):.3f}) -> {args.out}"
@@ -188,7 +213,7 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plot(losses: list[float], path: Path) -> None:
+def _plot(losses: list[float], path: Path, name: str = "window") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -196,7 +221,7 @@ def _plot(losses: list[float], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=90)
     ax.plot(losses, lw=0.8)
-    ax.set(xlabel="step", ylabel="cross-entropy (nats/char)", title="char decoder on Python's stdlib")
+    ax.set(xlabel="step", ylabel="cross-entropy (nats/char)", title=f"char decoder ({name} attention) on Python's stdlib")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
