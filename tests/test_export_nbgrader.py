@@ -110,12 +110,28 @@ def answered(released: Path, wrong: dict[str, str] | None = None):
     return nb
 
 
+MEMORY, CPU = "2G", 90  # not the defaults (4G, 600 s)
+PROBE_MARK = "# probe: the caps this kernel runs under"
+
+
+def with_probe(nb):
+    """``nb`` with a first cell printing its kernel's limits and trying to map 3 GiB (lazily: no RAM is touched)."""
+    nb = nbformat.from_dict(nb)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(
+        f"{PROBE_MARK}\nimport mmap, resource\n"
+        "print('limits', resource.getrlimit(resource.RLIMIT_AS), resource.getrlimit(resource.RLIMIT_CPU))\n"
+        "try:\n    mmap.mmap(-1, 3 * 2**30).close()\n    print('mapped 3 GiB')\n"
+        "except OSError as e:\n    print('3 GiB refused:', e)"))
+    return nb
+
+
 @pytest.fixture(scope="module")
 def gradebook(tmp_path_factory):
     """{student: {notebook: {exercise id: points}}} and {student: total} after nbgrader autograde."""
     exe = nbgrader_or_skip()
     course = tmp_path_factory.mktemp("course")
-    assert main([str(course), "--assignment", "swkv", "--timeout", "60", "--solutions", str(SOLUTIONS)]) == 0
+    assert main([str(course), "--assignment", "swkv", "--timeout", "60", "--solutions", str(SOLUTIONS),
+                 "--memory", MEMORY, "--cpu", str(CPU)]) == 0
     env = dict(os.environ, PATH=f"{exe.parent}{os.pathsep}{os.environ['PATH']}")  # nbgrader calls `alembic`
 
     def nbgrader(*args):
@@ -134,6 +150,7 @@ def gradebook(tmp_path_factory):
         "wrong": {p.name: answered(p, {"02": WRONG_MASK}) for p in released
                   if p.name.startswith(("02_", "03_"))},
         "cheat": {p.name: answered(p, {"02": WRONG_MASK}) for p in released if p.name.startswith("02_")},
+        "probe": {p.name: with_probe(answered(p)) for p in released if p.name.startswith("02_")},
     }
     cheat = next(iter(submissions["cheat"].values()))
     next(c for c in cheat.cells if c.metadata.get("nbgrader", {}).get("grade")).source = "print('all good')"
@@ -142,7 +159,7 @@ def gradebook(tmp_path_factory):
         d.mkdir(parents=True)
         for name, nb in notebooks.items():
             nbformat.write(nb, d / name)
-    nbgrader("autograde", "swkv")
+    autograde = nbgrader("autograde", "swkv")
     nbgrader("export", "--to", str(course / "grades.csv"))
 
     from nbgrader.api import Gradebook
@@ -157,12 +174,14 @@ def gradebook(tmp_path_factory):
     print("\nnbgrader grades.csv:\n" + (course / "grades.csv").read_text())
     print("points per exercise: " + json.dumps({s: {k: v for nb in p.values() for k, v in nb.items()}
                                                 for s, p in points.items()}))
-    return points, totals, submissions
+    probe = nbformat.read(course / "autograded" / "probe" / "swkv" / "02_sliding_window_mask.ipynb", as_version=4)
+    seen = "".join(o.get("text", "") for c in probe.cells if PROBE_MARK in c.source for o in c.outputs)
+    return points, totals, submissions, {"log": autograde.stdout + autograde.stderr, "probe": seen}
 
 
 @pytest.mark.slow
 def test_nbgrader_autograde_gives_full_points_to_right_answers(gradebook):
-    points, totals, submissions = gradebook
+    points, totals, submissions = gradebook[:3]
     max_points = sum(EXERCISES[i].points for nb in points["right"].values() for i in nb)
     assert totals["right"] == (max_points, max_points)
     for name, scores in points["right"].items():
@@ -172,7 +191,7 @@ def test_nbgrader_autograde_gives_full_points_to_right_answers(gradebook):
 
 @pytest.mark.slow
 def test_nbgrader_autograde_gives_zero_to_an_unanswered_notebook(gradebook):
-    points, totals, submissions = gradebook
+    points, totals, submissions = gradebook[:3]
     for name in submissions["blank"]:
         nb = name.removesuffix(".ipynb")
         assert points["blank"][nb] and all(v == 0 for v in points["blank"][nb].values()), points["blank"][nb]
@@ -197,3 +216,43 @@ def test_export_names_its_platforms(capsys):
 def test_nbgrader_puts_back_a_locked_check_cell_the_student_edited(gradebook):
     """The cheat replaced the check under a wrong answer by a print; autograde runs the released check."""
     assert gradebook[0]["cheat"]["02_sliding_window_mask"] == {"02": 0}
+
+
+@pytest.mark.slow
+def test_nbgrader_runs_student_code_under_the_exported_memory_and_cpu_caps(gradebook):
+    """Issue 18: the nbgrader route had no memory or CPU cap. The probe cell, a student's own, reports the
+    limits of the kernel nbgrader autograde ran it in, and sees a 3 GiB mapping refused under the 2 GiB cap."""
+    points, _, _, extra = gradebook
+    assert f"limits ({2 * 2**30}, {2 * 2**30}) ({CPU}, {CPU + 5})" in extra["probe"], extra["probe"]
+    assert "3 GiB refused" in extra["probe"] and "mapped 3 GiB" not in extra["probe"], extra["probe"]
+    assert points["probe"]["02_sliding_window_mask"] == {"02": EXERCISES["02"].points}, "right answers still pass"
+
+
+@pytest.mark.slow
+def test_nbgrader_kernels_print_no_tcp_warning(gradebook):
+    assert "without encryption" not in gradebook[3]["log"], gradebook[3]["log"][-3000:]
+
+
+def test_the_export_writes_the_capped_kernel_and_names_it_in_the_config(tmp_path):
+    export_nbgrader(tmp_path, SOLUTIONS, memory="3G", cpu=45)
+    spec = json.loads((tmp_path / "kernels" / "swkv-capped" / "kernel.json").read_text())
+    assert spec["argv"][:3] == ["python", "-m", "swkv_teach.grading.kernel"]
+    assert spec["argv"][3:] == ["--memory", "3G", "--cpu", "45", "-f", "{connection_file}"]
+    config = (tmp_path / "nbgrader_config.py").read_text()
+    assert 'c.Execute.kernel_name = "swkv-capped"' in config and "JUPYTER_PATH" in config
+    assert 'c.KernelManager.transport = "ipc"' in config
+    with pytest.raises(ValueError, match="memory must be a size"):
+        export_nbgrader(tmp_path / "bad", SOLUTIONS, memory="lots")
+
+
+@pytest.mark.slow
+def test_the_capped_kernel_caps_itself_without_nbgrader(tmp_path, monkeypatch):
+    """The kernelspec alone, started by nbclient as any Jupyter frontend would: the limits hold from the first cell."""
+    from nbclient import NotebookClient
+
+    export_nbgrader(tmp_path, SOLUTIONS, memory="1.5G", cpu=30)
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import resource\nprint(resource.getrlimit(resource.RLIMIT_AS), resource.getrlimit(resource.RLIMIT_CPU))")])
+    NotebookClient(nb, kernel_name="swkv-capped", timeout=120).execute()
+    assert nb.cells[0].outputs[0]["text"].strip() == f"({3 * 2**29}, {3 * 2**29}) (30, 35)"

@@ -21,6 +21,16 @@ source of the exercises, read through its ``swkv`` cell metadata and
 Markdown cells are copied unchanged except the "Open in Colab" badge, which
 points at the solutions on GitHub and is dropped. Nothing here re-implements
 a check: the test cells call the same ``check_*`` functions as ``swkv-teach grade``.
+
+Student code runs under the caps ``swkv-teach grade`` sets (``--memory``, ``--cpu``):
+nbgrader starts its kernels itself, and its ``Execute`` preprocessor passes its own
+``kernel_manager_class`` (nbgrader 0.9, ``preprocessors/execute.py``), so the caps come
+with the kernel: ``DIR/kernels/swkv-capped/kernel.json`` starts the launcher of
+:mod:`.kernel`, which caps its own process and then becomes ipykernel. The config
+puts ``DIR`` on ``JUPYTER_PATH`` and names that kernel for every notebook nbgrader
+executes, and has kernels talk to nbgrader over Unix sockets (no TCP warning).
+The kernel runs nbgrader's own Python (jupyter_client puts it in place of
+``python``), which must have swkv-teach installed, as the checks need anyway.
 """
 
 from __future__ import annotations
@@ -55,6 +65,23 @@ c.ClearSolutions.begin_solution_delimeter = "BEGIN SOLUTION"
 c.ClearSolutions.end_solution_delimeter = "END SOLUTION"
 # Seconds per cell before autograde interrupts it (an infinite loop in a submission).
 c.Execute.timeout = {timeout}
+
+# Student code runs capped as under `swkv-teach grade`: {caps}.
+# Every notebook nbgrader executes runs in the kernel kernels/{kernel}/kernel.json beside this file,
+# which sets the caps, then starts ipykernel (edit its argv to change them); JUPYTER_PATH finds it.
+import os  # noqa: E402
+
+_here = os.path.dirname(os.path.abspath(__file__))
+if _here not in os.environ.get("JUPYTER_PATH", "").split(os.pathsep):
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(p for p in (_here, os.environ.get("JUPYTER_PATH")) if p)
+c.Execute.kernel_name = "{kernel}"
+# Kernels talk to nbgrader over Unix sockets in Jupyter's private runtime folder, not TCP ports.
+if os.name == "posix":
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    os.makedirs(jupyter_runtime_dir(), mode=0o700, exist_ok=True)
+    c.KernelManager.transport = "ipc"
+    c.KernelManager.ip = os.path.join(jupyter_runtime_dir(), "swkv-nbgrader-kernel")
 '''
 
 
@@ -111,8 +138,13 @@ def released_exercises(solutions: Path) -> list[str]:
     return sorted({i for p in solutions.glob("*.ipynb") for i in checked_exercises(nbformat.read(p, as_version=4))})
 
 
-def export_nbgrader(out: Path, solutions: Path, assignment: str = "swkv", timeout: int = 120) -> list[Path]:
-    """Write ``out/nbgrader_config.py`` and ``out/source/<assignment>/*.ipynb``; return the notebooks written."""
+def export_nbgrader(out: Path, solutions: Path, assignment: str = "swkv", timeout: int = 120,
+                    memory: str | None = "4G", cpu: float | None = 600) -> list[Path]:
+    """Write ``out/nbgrader_config.py``, the capped kernel ``out/kernels/swkv-capped/`` and
+    ``out/source/<assignment>/*.ipynb``; return the notebooks written. ``None`` leaves a cap off."""
+    from swkv_teach.grading.kernel import KERNEL_NAME, write_kernelspec
+    from swkv_teach.grading.limits import Limits
+
     if not re.fullmatch(r"[A-Za-z0-9_-]+", assignment):
         raise ValueError(f"assignment must be letters, digits, '_' or '-' (nbgrader uses it as a folder); got {assignment!r}")
     sources = sorted(solutions.glob("*.ipynb"))
@@ -125,9 +157,12 @@ def export_nbgrader(out: Path, solutions: Path, assignment: str = "swkv", timeou
             planned[path.name] = nbgrader_notebook(nb, where=str(path))
     if not planned:
         raise ValueError(f"no notebook in {solutions}/ has a check cell of an exercise in EXERCISES")
+    caps = Limits(memory, cpu).describe()  # refuses a bad size here, not in nbgrader
     dest = out / "source" / assignment
     dest.mkdir(parents=True, exist_ok=True)
-    (out / "nbgrader_config.py").write_text(CONFIG.format(name=assignment, stub=CODE_STUB, timeout=timeout))
+    write_kernelspec(out, memory, cpu)
+    (out / "nbgrader_config.py").write_text(CONFIG.format(name=assignment, stub=CODE_STUB, timeout=timeout,
+                                                          caps=caps, kernel=KERNEL_NAME))
     written = []
     for name, nb in planned.items():
         nbformat.write(nb, dest / name)
@@ -141,9 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--assignment", default="swkv", help="assignment name (default: swkv)")
     ap.add_argument("--solutions", type=Path, default=Path("solutions"), help="solution notebooks (default: solutions)")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per cell when nbgrader autogrades (default 120)")
+    ap.add_argument("--memory", default="4G", help="address-space cap per kernel, e.g. 2G (default 4G; none: no cap)")
+    ap.add_argument("--cpu", default="600", help="CPU seconds per kernel (default 600; none: no cap)")
     args = ap.parse_args(argv)
     try:
-        written = export_nbgrader(args.out, args.solutions, args.assignment, args.timeout)
+        memory = None if args.memory.lower() == "none" else args.memory
+        cpu = None if args.cpu.lower() == "none" else float(args.cpu)
+        written = export_nbgrader(args.out, args.solutions, args.assignment, args.timeout, memory, cpu)
     except (ValueError, OSError) as e:
         print(f"swkv-teach export nbgrader: {e}", file=sys.stderr)
         return 2
