@@ -36,15 +36,22 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 #
 # * `LRUCache(max_size)` raises `ValueError` when `max_size <= 0`.
 # * `put(token_id, key, value)`: insert, or replace and refresh an existing id; it becomes the most recently
-#   used, even when the key and value are the same as before (even the very same objects). A re-put of a stored id never evicts anything
+#   used, even when the key and value are the same as before (even the very same objects), and whether or not the
+#   cache is full yet. A re-put of a stored id never evicts anything
 #   (the cache does not grow). If the cache now holds more than `max_size` entries, evict the least recently used.
 # * `get(token_id)`: the tuple `(key, value)`, in that order (a tuple, not a list), and the entry becomes the
-#   most recently used;
+#   most recently used, full cache or not;
 #   `None` if absent (not `-1`). A `get` never changes how many entries the cache can hold.
+# * Keys and values are whatever the caller hands in, falsy ones included (`0`, `''`, `False`, a zero tensor):
+#   a stored entry is present whatever its key and value, so test presence with `token_id in ...`, never with
+#   the truthiness of what is stored.
 #
-# Both operations should be O(1). An `OrderedDict`, a plain `dict` (insertion-ordered), a dict subclass or a
-# linked list all work. The check runs long random sequences (gets before the cache is full, misses, re-puts
-# with new and with identical values) and compares your whole cache with a right one after every operation.
+# Aim for O(1) per operation: an `OrderedDict` (`move_to_end`, `popitem(last=False)`) or a plain `dict`
+# (insertion-ordered: pop and re-insert) gives it; a list of ids searched or `remove`d on every call is O(n).
+# The check grades behaviour only, not speed (a timing would flake on a shared machine); a dict subclass or a
+# linked list work as well. It runs scripted scenarios, long random sequences (gets and re-puts before the
+# cache is full, misses, re-puts with new and with identical values, falsy keys and values) and compares your
+# whole cache with a right one after every operation.
 #
 # <details><summary>Hint 1</summary>
 #

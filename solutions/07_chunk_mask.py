@@ -48,8 +48,10 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 # Take every position from the two tensors: no sorting, no `len()`, no column index standing in for a
 # position, no assumption that the queries are consecutive. The positions are `int32` or `int64` (not
 # necessarily the same), on the course's device: return the mask on that device. Positions can be large (a
-# long conversation, past `2**31` in `int64`), so compare them as the integers they are: a cast to
-# `bfloat16`, `float16`, `float32` or a narrower integer merges neighbouring positions. Leave both inputs
+# long conversation, past `2**31` in `int64`, up to `2**31 - 1` in `int32`), so compare them as the integers
+# they are: a cast to `bfloat16`, `float16`, `float32` or a narrower integer merges neighbouring positions, and
+# in `int32` adding to a position can overflow (`s + W` wraps around near `2**31 - 1`; `p - W` cannot, since
+# positions are `>= 0`). Leave both inputs
 # unchanged, even for a moment: after a cache's update the chunk's positions are the last keys, so
 # `q_positions` may be a view of `k_positions` (`k_positions[-c:]`) and writing into one writes into the
 # other. There are no attention sinks in this exercise (`num_sinks = 0`; see the follow-up). The library's

@@ -36,8 +36,13 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 #   (each row along `head_dim`): `scale = max |x| / 127`, `q = round(x / scale)`, **computed in float32**
 #   (`x.float()` first: in float16 or bfloat16 the division itself rounds, and float16 cannot even hold the
 #   scale of a quiet token). Return `q` as `torch.int8` (same shape as `x`) and `scale` as `torch.float32`,
-#   shape `(batch, heads, tokens, 1)`. An all-zero row gets `q = 0` (and any finite scale); every other row
-#   gets exactly `max |x| / 127`, however small (no `eps` or floor on the scale).
+#   shape `(batch, heads, tokens, 1)`. An all-zero row has `max |x| = 0`, so `x / scale` is `0 / 0 = NaN`
+#   there: it needs a guard (divide by 1 where the scale is 0), since what NaN becomes when cast to int8 is not
+#   defined; the check watches for NaN reaching that cast. Such a row gets `q = 0` (and any finite scale); every
+#   other row gets exactly `max |x| / 127`, however small (no `eps` or floor on the scale).
+# * Ties: where `x / scale` lands exactly on `.5`, `q` may round either way (`torch.round` rounds half to even,
+#   `floor(t + 0.5)` rounds half up; both are within half a step). The check judges `q` by that half-step bound.
+# * Leave `x` unchanged: it is the caller's keys (no `x.div_`, no `x /= scale`); the check rejects in-place writes.
 # * `dequantize(q, scale, dtype)`: `q * scale`, multiplied in float32, returned in `dtype`.
 #
 # Then every element comes back within half a step, `scale / 2 = max|x| / 254`, of the original.

@@ -62,12 +62,14 @@ print("their scores:  ", [round(x, 3) for x in cache.scores().tolist()])
 # * `scores` `(keys,)`: each key's accumulated score so far (0 for tokens that arrived this step).
 # * `weights` `(batch, q_heads, queries, keys)`: this step's attention over the same keys (any float dtype;
 #   compute in float32 or float64). Entries the causal mask hid are 0.
-# * `positions` `(keys,)`: the keys' absolute positions, in slot order (not sorted). The newest is `positions.max()`.
+# * `positions` `(keys,)`: the keys' absolute positions, an integer tensor (`int64`, as the library's caches give
+#   them), in slot order (not sorted). The newest is `positions.max()`. Return the kept positions themselves
+#   (not their indices) as integers; only the scores are float.
 # * New scores: `scores + weights averaged over batch and heads, summed over queries`.
 # * Never evict the `recent` newest positions. If more than `budget` keys remain, evict the lowest new scores,
 #   the **oldest** first among equal scores, until `budget` remain (`0 <= recent <= budget`). Oldest means the
 #   smallest *position*, not the first slot: after the ring wraps, slot order is not age order.
-# * Return the kept positions and their new scores, in float32 (float64 is accepted too; half precision is not),
+# * Return the kept positions (integer) and their new scores in float32 (float64 is accepted too; half precision is not),
 #   as a tensor or a list; any order, each score with its position. Do not change the tensors you were given.
 # * Write it yourself: the check compares with the library's `swkv_teach.caches.h2o.h2o_keep`, so it refuses that
 #   function.

@@ -260,3 +260,71 @@ def test_retained_survives_odd_objects():
             self.me, self.odd = self, Odd()
 
     assert retained(Loop()).float_bytes == 16
+
+
+# ------------------------------------------------------------------ issue 18: every diagnosis true
+CACHE_ARGS = {"check_sliding_window_cache": (3,), "check_ring_buffer_cache": (3,), "check_sink_cache": (1, 3)}
+
+
+@pytest.mark.parametrize("answer", [r for r in RIGHT if r.check in CACHE_ARGS], ids=lambda r: r.__name__)
+def test_sharing_is_never_blamed_on_a_right_cache(answer):
+    """Regression (issue 18): shared state is named from evidence, two fresh instances holding one mutable object;
+    right answers written in every style hold nothing in common."""
+    from swkv_teach.grading._drive import shared_state
+
+    assert shared_state(answer, CACHE_ARGS[answer.check], torch.device("cpu")) is None
+
+
+def test_shared_state_names_the_mutable_default_argument_and_the_memo():
+    """The two sources the issue saw blamed on shape or off-by-one: `def __init__(self, W, ks=[])`, and buffers
+    from a memo keyed on the window only."""
+    from swkv_teach.grading._drive import shared_state
+    from tests.wrong_answers.ring import MemoKeyedOnWindow
+    from tests.wrong_answers.sliding import MutableDefaultLists
+
+    found = shared_state(MutableDefaultLists, (3,), torch.device("cpu"))
+    assert "self.ks" in found and "`ks`" in found and "mutable default argument" in found
+    found = shared_state(MemoKeyedOnWindow, (3,), torch.device("cpu"))
+    assert "self.k_buf" in found and "memo" in found
+
+
+def test_int8_check_sees_nan_reach_the_cast_whatever_the_cast_gives(capsys):
+    """Regression (issue 18): an unguarded all-zero row (0 / 0 = NaN, then .to(int8)) was accepted because NaN
+    happens to become 0 on x86. A guard applied after the division (nan_to_num) is a guard, and passes."""
+    def quantize(x):
+        scale = x.float().abs().amax(dim=-1, keepdim=True) / 127
+        return torch.nan_to_num(torch.round(x.float() / scale)).clamp(-127, 127).to(torch.int8), scale
+
+    def dequantize(q, scale, dtype):
+        return (q.float() * scale).to(dtype)
+
+    grading.check_int8_quantize(quantize, dequantize)
+    assert capsys.readouterr().out.startswith("✅")
+
+    def unguarded(x):
+        scale = x.float().abs().amax(dim=-1, keepdim=True) / 127
+        return torch.round(x.float() / scale).clamp(-127, 127).to(torch.int8), scale
+
+    with pytest.raises(ExerciseFailed, match="all-zero row"):
+        grading.check_int8_quantize(unguarded, dequantize)
+
+
+def test_the_chunk_check_includes_int32_positions_at_the_limit():
+    """Issue 18: int32 positions are allowed, so the check feeds a chunk ending at 2**31 - 1 in int32, where
+    `k + W` wraps and `q - W` does not (hand-worked: 2147483647 + 6 wraps to -2147483643)."""
+    from swkv_teach.grading.chunk import I32, cases
+
+    top = [c for c in cases() if c.dtypes == (I32, I32)]
+    assert top and max(int(c.q.max()) for c in top) == 2**31 - 1
+    assert int((torch.tensor([2**31 - 1], dtype=torch.int32) + 6)[0]) == -2147483643
+
+
+def test_lru_probe_for_promotion_while_not_full_needs_the_full_case_to_be_right():
+    """'Promotes only when full' is named only when promotion on a full cache is right: an answer that never
+    promotes is told that get must promote, not that it promotes only when full."""
+    from swkv_teach.grading._lru_probes import diagnose
+    from tests.wrong_answers.lru import GetDoesNotPromote, PromotesOnlyWhenFull
+
+    assert "only when the cache is full" in diagnose(PromotesOnlyWhenFull)
+    found = diagnose(GetDoesNotPromote)
+    assert "get must promote" in found and "only when" not in found

@@ -94,7 +94,7 @@ class Spy:
             out = qkv(x, positions, *args, **kwargs)
             k, v = (out[1], out[2]) if isinstance(out, tuple) and len(out) == 3 else (None, None)
             self.log(L, "qkv", positions=t.flatten().tolist(), integer=not (t.is_floating_point() or t.is_complex()),
-                     k=k, v=v)
+                     k=k, v=v, batch=int(x.shape[0]) if isinstance(x, torch.Tensor) and x.dim() else 1)
             return out
 
         return spy_qkv
@@ -201,18 +201,33 @@ def diagnose(spy: Spy, model, completed: bool = True) -> str | None:
                     f"window, k[:, :, -W:]?) before caching. Pass all c new keys and values: the cache keeps what the "
                     "window needs and counts every token as seen, and the chunk's first queries need keys the last "
                     "W drop.")
-    if not any(spy.kinds(L, "update") for L in layers) and any(spy.kinds(L, "qkv") for L in layers):
+    # 2c. a post-norm block: qkv ran on the un-normalised stream, the norms afterwards
+    for L in layers:
+        order = [k for k in spy.order(L) if k in ("attn_norm", "mlp_norm", "qkv", "mlp")]
+        if "qkv" in order and "attn_norm" in order and "mlp" in order and "mlp_norm" in order \
+                and order.index("qkv") < order.index("attn_norm") and order.index("mlp") < order.index("mlp_norm") \
+                and "mlp_norm" not in order[: order.index("qkv")]:
+            return (f"layer {L} ran attn.qkv before attn_norm and mlp before mlp_norm: a post-norm block "
+                    "(x = norm(x + sublayer(x)), the original Transformer's). This model is pre-norm, each sub-layer "
+                    "reads a normalised copy and adds to the un-normalised stream: x = x + attn(attn_norm(x)), then "
+                    "x = x + mlp(mlp_norm(x)).")
+    if completed and not any(spy.kinds(L, "update") for L in layers) and any(spy.kinds(L, "qkv") for L in layers):
         return ("the caches were never updated: each call then sees only its own tokens, from position 0. In every "
                 "layer, k, v = cache.update(k, v) and attend over what it returns; the new tokens' positions start "
                 "at caches[0].seen (no RoPE offset otherwise).")
     # 3. RoPE positions given to qkv
     got = {L: _qkv_positions(spy, L) for L in layers}
+    batch = next((info["batch"] for L in layers for info in spy.kinds(L, "qkv")), 1)
+    if got[0] and len(got[0]) == batch * spy.c != spy.c and got[0] == list(range(spy.start, spy.start + batch * spy.c)):
+        return (f"the new tokens were given {len(got[0])} positions {got[0]}, but this call has {spy.c} new token"
+                f"{'s' if spy.c > 1 else ''} per sequence ({batch} sequences): the count came from "
+                "input_ids.numel() (batch x tokens). The number of new tokens is input_ids.shape[1].")
     if got[0] == exp and any(got[L] != exp for L in layers if got[L]):
         bad = next(L for L in layers if got[L] and got[L] != exp)
         return (f"positions are recomputed inside the layer loop: layer 0 used {exp}, layer {bad} used {got[bad]}. "
                 "After layer 0's update, caches[0].seen has already moved on; compute the positions once, before the "
                 "loop, from caches[0].seen (every layer's new tokens sit at the same positions).")
-    if all(got[L] == got[0] for L in layers) and got[0] and got[0] != exp:
+    if all(got[L] == got[0] for L in layers if got[L]) and got[0] and got[0] != exp:
         g = got[0]
         stored = min(spy.start, cfg.window_size)
         if spy.start > 0 and g == list(range(0, spy.c)):
@@ -347,6 +362,12 @@ def key_order(L, attend: dict, up: dict | None, read_after: bool = True) -> str 
     kp, pos = attend["k_positions"], up["positions"]
     if kp == pos:
         return None
+    k, k_in = attend.get("k"), up.get("k_in")
+    if isinstance(k, torch.Tensor) and isinstance(k_in, torch.Tensor) and k.shape == k_in.shape \
+            and len(pos) != k_in.shape[2] and torch.equal(k, k_in):
+        return (f"layer {L} attended over the {k_in.shape[2]} new key(s) it gave cache.update, not over what update "
+                f"returned ({len(pos)} keys, the window): k, v = cache.update(k, v), then attend over that k and v with "
+                "k_positions = cache.positions.")
     if sorted(kp) == sorted(pos) and len(set(pos)) == len(pos):
         k, ck = attend["k"], up["k"]
         if k.dim() == 4 and ck.dim() == 4 and k.shape[1] != ck.shape[1] and k.shape[1] % max(ck.shape[1], 1) == 0:
@@ -381,6 +402,11 @@ def first_difference(spy: Spy, oracle: dict) -> str:
             diff = "shapes differ" if mine.shape != ref.shape else \
                 f"max abs difference {float((mine.float() - ref.float()).abs().max()):.3g}"
             if L == 0:
+                first = next((k for k in spy.order(0) if k in ("attn_norm", "mlp_norm", "qkv", "mlp")), None)
+                if first not in ("attn_norm", None):
+                    return (f"what layer 0's first norm received differs from model.forward's ({diff}), and layer 0 "
+                            f"ran {first} before attn_norm: in this pre-norm model each layer starts with "
+                            "attn_norm(x) on the embedding, x = model.embed(input_ids).")
                 return (f"the hidden state entering layer 0 already differs from model.forward's ({diff}): it is "
                         "the embedding, x = model.embed(input_ids).")
             where = "model.norm (after the last layer)" if L == "final" else f"layer {L} (the input of its first norm)"

@@ -7,7 +7,7 @@ steps long. The runs vary one thing at a time from a first, plain run
 (``batch != heads`` tokens ``(2, 3, 1, 4)``, float32): the window, the token shape
 (one head, batch 1, head_dim apart), the dtype (float64, float16, bfloat16) and
 keys and values that are all zeros. After every run alone has passed, two or
-three live instances with different windows are updated in turn
+four live instances (two of them with the same window) are updated in turn
 (:func:`interleave`): a cache whose state lives on its class passes alone and
 fails there, and only then is shared state blamed.
 
@@ -35,7 +35,8 @@ from swkv_teach.grading._report import ExerciseFailed, call, fail, rehint
 from swkv_teach.grading._report import learner_name as _name
 from swkv_teach.grading._own import library_inside
 from swkv_teach.grading._retained import growth, retained
-from swkv_teach.grading._tokens import INSTANCES, STREAM, Inputs, check_kind, describe, token, unpack_kv
+from swkv_teach.grading._shared import two_fresh
+from swkv_teach.grading._tokens import INSTANCES, STREAM, Inputs, as_positions, check_kind, describe, token, unpack_kv
 
 SHAPE0 = (2, 3, 4)  # batch != heads != head_dim
 F32, F64, F16, BF16 = torch.float32, torch.float64, torch.float16, torch.bfloat16
@@ -70,6 +71,7 @@ class Judge:
     """
 
     oracle_cls = None
+    fresh_positions = False  # the cache has a positions property, which must be empty before any update
 
     def __init__(self, cls, args: tuple):
         self.cls, self.args = cls, args
@@ -167,6 +169,19 @@ def _supports(dev: str, dtype: torch.dtype) -> bool:
         return False
 
 
+def _fresh(title: str, cache) -> None:
+    """A new cache holds nothing: its positions, when it can report them before any update, are empty."""
+    try:
+        held = as_positions(title, cache.positions)
+    except Exception:
+        return  # reading positions before the first update is not graded
+    if held:
+        raise fail(f"{title}, right after construction, before any update()",
+                   f"positions is {held}; a new cache holds no token, so it must be empty.",
+                   hint="start empty: count the tokens written (seen = 0) and report positions only of slots written "
+                   "so far; a preallocated buffer of zeros holds no token.")
+
+
 def drive(judge: Judge, run: Run, dev, base: int = 0, cache=None, label: str = ""):
     """Yield once per step, after the judge has seen it (a generator, so runs can be interleaved).
 
@@ -177,6 +192,8 @@ def drive(judge: Judge, run: Run, dev, base: int = 0, cache=None, label: str = "
     title = judge.title() + (f" [instance {label}]" if label else "")
     if cache is None:
         cache = make(title, judge.cls, *judge.args)
+    if judge.fresh_positions:
+        _fresh(title, cache)
     cap = judge.capacity
     n = steps_for(cap)
     first = 2 * cap + 1
@@ -228,6 +245,15 @@ def pristine(cls):
         return None
 
 
+def shared_state(cls, args: tuple, dev) -> str | None:
+    """What two fresh instances of ``cls``, each given two tokens, hold in common (None if nothing)."""
+    def use(cache):
+        for p in range(2):
+            cache.update(*token(p, F32, dev, SHAPE0, 0, False))
+
+    return two_fresh(cls, args, use)
+
+
 def isolate(e: ExerciseFailed, judge_cls, cls, run: Run, dev, snapshot=None) -> ExerciseFailed:
     """Name what breaks a failing run by changing one thing at a time; ``e`` unchanged if nothing fits.
 
@@ -241,6 +267,10 @@ def isolate(e: ExerciseFailed, judge_cls, cls, run: Run, dev, snapshot=None) -> 
                           "but fails after earlier instances were used. Keep all state on self, assigned in "
                           "__init__, not in class attributes such as `k = []` or `store = {}` at class level.",
                           "(run alone on a fresh copy of your class, this case passes)")
+    shared = shared_state(cls, run.args, dev)
+    if shared:
+        return rehint(e, "state is shared between instances. " + shared,
+                      "(two fresh instances, each given two tokens, were looked at side by side)")
     if not getattr(e, "generic", False):
         return e
     plain = run.plain()
@@ -308,6 +338,11 @@ def interleave(judge_cls, cls, argsets, dev, late: int = 5) -> None:
                 except StopIteration:
                     live.remove(g)
     except ExerciseFailed as e:
+        shared = shared_state(cls, argsets[-1], dev)
+        if shared:
+            raise rehint(e, "state is shared between instances. " + shared,
+                         f"(several instances alive at once: {names}; labels like A3 are token 3 fed to instance A)"
+                         ) from None
         raise rehint(e, "each instance alone passed every run above, but with several alive at once (" + names +
                      f"; {INSTANCES[last]} created after the others had taken {late} updates) one's answers changed: "
                      "state is shared between instances. Keep it on self, assigned in __init__; a class attribute "

@@ -90,6 +90,10 @@ SLIPS = [  # (name, hint, answer(scores, weights, positions, budget, recent))
      "the keys come in slot order (a token takes the slot of the one it replaced), so the last `recent` indices "
      "are not the newest tokens: protect positions > positions.max() - recent.",
      lambda s, w, p, b, r: keep_after(s + avg(w).sum(0), p, b, torch.arange(len(p)) >= len(p) - r)),
+    ("took the recent window from the number of keys, not from the newest position",
+     "positions are absolute (a long conversation is far past len(positions)): the recent window is "
+     "positions > positions.max() - recent, not positions >= len(positions) - recent.",
+     lambda s, w, p, b, r: keep_after(s + avg(w).sum(0), p, b, p >= len(p) - r)),
     ("recent window one token too wide",
      "the recent window is the `recent` newest positions: positions > newest - recent (recent of them), "
      "not >= (recent + 1).",
@@ -161,6 +165,15 @@ SLIPS = [  # (name, hint, answer(scores, weights, positions, budget, recent))
     ("kept one token more than the budget",
      "after this step at most `budget` tokens stay: evict len(positions) - budget of them.",
      lambda s, w, p, b, r: keep_after(s + avg(w).sum(0), p, b + 1, recent_mask(p, r))),
+    ("kept one token fewer than the budget",
+     "after this step `budget` tokens stay (when there are that many): evict len(positions) - budget of them, not "
+     "one more. The cache makes room for the next token itself, before it arrives.",
+     lambda s, w, p, b, r: keep_after(s + avg(w).sum(0), p, b - 1, recent_mask(p, r))),
+    ("summed over the keys (the last dim) instead of the queries",
+     "weights is (batch, heads, queries, keys): a key's share of attention is summed over the QUERIES, dim 2 (dim 0 "
+     "after averaging batch and heads). Summed over the keys, each query's row adds up to 1 and every key gets the "
+     "same constant, so the old scores alone decide.",
+     lambda s, w, p, b, r: keep_after(s + avg(w).sum(-1), p, b, recent_mask(p, r))),
     ("evicted only one token",
      "a chunk can put the cache over budget by more than one: evict len(positions) - budget tokens.",
      lambda s, w, p, b, r: keep_after(s + avg(w).sum(0), p, b, recent_mask(p, r), n_drop=min(1, max(0, len(p) - b)))),

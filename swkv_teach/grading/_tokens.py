@@ -114,8 +114,12 @@ def check_kind(case: str, k: torch.Tensor, v: torch.Tensor, like: torch.Tensor, 
             raise fail(case, f"{what} returned {name} on device {t.device}, but the tokens fed in were on {like.device}.",
                        hint="create any buffer on the tokens' device: torch.zeros(..., device=k_new.device).")
         if t.dim() != 4:
+            stacked = t.dim() == 5 and t.shape[3] == 1 and t.shape[:2] == like.shape[:2] and t.shape[4] == like.shape[3]
             raise fail(case, f"{what} returned {name} with {t.dim()} dims, shape {tuple(t.shape)}; expected 4: "
-                       "(batch, heads, tokens, head_dim).", hint="keep the 4-D layout; tokens live in dim 2.")
+                       "(batch, heads, tokens, head_dim).",
+                       hint="torch.stack adds a new dim for the tokens, next to each token's own dim of size 1: join "
+                       "them with torch.cat([...], dim=2) instead." if stacked else
+                       "keep the 4-D layout; tokens live in dim 2.")
         for axis in (0, 1, 3):
             if t.shape[axis] != like.shape[axis]:
                 raise fail(case, f"{what} returned {name} of shape {tuple(t.shape)}: dim {axis} ({AXES[axis]}) has size "

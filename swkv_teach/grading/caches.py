@@ -18,7 +18,7 @@ import torch
 from swkv_teach.caches import RingBufferKVCache, SlidingWindowKVCache
 from swkv_teach.device import device as pick_device
 from swkv_teach.grading._own import refuse_library
-from swkv_teach.grading._drive import BF16, F16, F64, SHAPE0, Judge, Run, Step, check_runs, interleave, make, pristine
+from swkv_teach.grading._drive import BF16, F16, F64, SHAPE0, Judge, Run, Step, check_runs, interleave, make, pristine, shared_state
 from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint
 from swkv_teach.grading._report import learner_name as _name
 from swkv_teach.grading._tokens import as_positions, check_kind, labels, read_positions, token, unpack_kv
@@ -36,7 +36,7 @@ SLIDING_RUNS = (
     Run((3,), (3, 1, 5), zeros=True),
     Run((2,), SHAPE0, BF16, zeros=True),
 )
-LIVE = ((2,), (5,), (3,))  # instances alive together
+LIVE = ((2,), (5,), (3,), (3,))  # instances alive together, two with one window (a memo keyed on it)
 
 
 def _lsort(labels_: list) -> list:
@@ -216,6 +216,10 @@ def _first_example(cls, dev) -> None:
 
 def _example_isolate(e: ExerciseFailed, cls, snapshot, dev) -> ExerciseFailed:
     """The example failed after a plain run passed: shared state, or the example's batch-1 shape."""
+    shared = shared_state(cls, (3,), dev)
+    if shared:
+        return rehint(e, "state is shared between instances. " + shared,
+                      "(two fresh instances, each given two tokens, were looked at side by side)")
     fresh = pristine(snapshot) if snapshot is not None else None
     if fresh is not None:
         try:
@@ -246,7 +250,7 @@ def check_sliding_window_cache(cls) -> None:
     interleave(SlidingJudge, cls, LIVE, dev)
     passed(f"{_name(cls)} keeps exactly the last W tokens, like the library's SlidingWindowKVCache "
            f"(W = {_shown(SLIDING_RUNS)}; runs of 4W + 3 tokens; {len({r.shape for r in SLIDING_RUNS})} token shapes; "
-           "float32/64, float16, bfloat16; zero tokens; 3 live instances; bounded memory).")
+           "float32/64, float16, bfloat16; zero tokens; 4 live instances; bounded memory).")
 
 
 # ---------------------------------------------------------------- ring
@@ -307,6 +311,7 @@ def _slot_shift(cls, dev) -> tuple[int, list] | None:
 
 class RingJudge(Judge):
     oracle_cls = RingBufferKVCache
+    fresh_positions = True
     arg_names = ("window_size",)
 
     def __init__(self, cls, args):
@@ -398,7 +403,7 @@ def check_ring_buffer_cache(cls) -> None:
     check_runs(RingJudge, cls, RING_RUNS, dev, pristine(cls))
     interleave(RingJudge, cls, LIVE, dev)
     passed(f"{_name(cls)} matches the library's RingBufferKVCache slot for slot (W = {_shown(RING_RUNS)}; "
-           f"{len({r.shape for r in RING_RUNS})} token shapes; float32/64, float16, bfloat16; zero tokens; 3 live "
+           f"{len({r.shape for r in RING_RUNS})} token shapes; float32/64, float16, bfloat16; zero tokens; 4 live "
            "instances), with integer positions, "
            "ordered() as a copy, no allocation once full and bounded memory.")
 

@@ -14,8 +14,9 @@ Cases, smallest window first so the first failure prints whole:
 2. *keys in any order*: a ring's whole buffer then the chunk, the same shuffled, random subsets
    with gaps, several wraps, up to 28 keys;
 3. *queries in any order*: shuffled, with gaps, a single decode query;
-4. *a long conversation*: positions around 1000, 32768, 70000 and (int64 only) 2**31, where a cast
-   to bfloat16, float16, int16, float32 or int32 no longer holds every position exactly.
+4. *a long conversation*: positions around 1000, 32768, 70000, up to 2**31 - 1 in int32 (where ``k + W``
+   overflows; ``q - W`` cannot) and (int64 only) past 2**31, where a cast to bfloat16, float16, int16, float32
+   or int32 no longer holds every position exactly.
 
 Positions are int64 or int32 (the two mixed in some cases) on :func:`swkv_teach.device`. Every
 call gets fresh tensors, which must come back unchanged; when the queries are the keys' last
@@ -107,7 +108,10 @@ def _any_order_cases(gen: torch.Generator):
 # (W, tokens seen before the chunk, dtypes): around 1000 bfloat16 steps by 4 (exact only to 256); across
 # 32768 int16 wraps and float16 steps by 16 then 32 (exact to 2048); at 70000 float16 is inf; across 2**31
 # int32 wraps and float32 steps by 256 (exact to 2**24)
-BIG = ((4, 998, None), (5, 32764, None), (3, 69998, None), (6, 2**31 - 4, (I64, I64)))
+# int32 at its limit: a chunk whose last position is 2**31 - 1, where `k + W` (not `q - W`) wraps around
+INT32_TOP = 2**31 - 1
+BIG = ((4, 998, None), (5, 32764, None), (3, 69998, None), (6, INT32_TOP + 1 - 8, (I32, I32)),
+       (6, 2**31 - 4, (I64, I64)))
 
 
 def _big_cases():
@@ -160,6 +164,8 @@ def hypotheses(q: torch.Tensor, k: torch.Tensor, W: int):
                       "them; add k <= q.")
     yield (Q - K).abs() < W, "not causal: |q - k| < W also lets a query see the next W - 1 keys; use q - W < k <= q."
     yield K <= Q, "plain causal attention: the window is missing (q - W < k)."
+    yield (K < Q) & (K > Q - W), ("each query's own key is masked (k < q): a query sees itself, k <= q, and the "
+                                  "W - 1 keys before it.")
     yield allowed(q.max().expand(nq)[:, None], K, W), (
         "every query got the newest query's row, a decode mask: in a chunk, each query has its own window, "
         "so build one row per entry of q_positions.")
@@ -216,6 +222,16 @@ def _cast_hint(case: Case, got: torch.Tensor) -> str:
     A cast explains it when it gives the learner's mask here and the right mask on the smaller positions the
     answer passed (at 32768 bfloat16 and float16 both merge every position; at 1000 only bfloat16 does).
     """
+    if case.dtypes == (I32, I32):
+        Q, K, W = case.q.to(I32)[:, None], case.k.to(I32)[None, :], case.W
+        for form, mask in (("k_positions + window_size > q_positions", (K <= Q) & (K + W > Q)),
+                           ("k_positions + window_size - 1 >= q_positions", (K <= Q) & (K + (W - 1) >= Q)),
+                           ("k_positions + window_size > q_positions", (K + W > Q) & (K - Q <= 0))):
+            if _explains(mask, got):
+                return (f"int32 overflow: {form} adds to a position, and near 2**31 - 1 (the largest int32; here "
+                        f"up to {int(case.q.max())}) k + {W} wraps around to a negative number, so keys near the "
+                        "limit were masked. Subtract from the query instead, q_positions - window_size < "
+                        "k_positions (positions are >= 0, so that cannot overflow), or compare in int64 (.long()).")
     passed_before = [c for c in _big_cases() if int(c.q.max()) < int(case.q.max())]
 
     def cast(c: Case, dt) -> torch.Tensor:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from swkv_teach.caches.int8 import QMAX, dequantize_int8, quantize_int8
 from swkv_teach.device import device as pick_device
@@ -121,6 +122,13 @@ def _scale_hint(x: torch.Tensor, scale: torch.Tensor, nonzero: torch.Tensor, exp
     if bool(eps > 0) and bool(((d - eps).abs() <= 1e-3 * eps + 2 * sn * 2.0**-23).all()):
         return (f"an eps of {float(eps):.3g} was added to every scale: scale must be absmax / 127 exactly. Guard "
                 "only the all-zero tokens: divide by torch.where(scale > 0, scale, torch.ones_like(scale)).")
+    for half in (torch.float16, torch.bfloat16):
+        rounded = exp_scale.to(half).double()
+        if bool(torch.equal(s[nonzero], rounded[nonzero])) and not bool(torch.equal(rounded[nonzero], e[nonzero])):
+            kind = str(half).replace("torch.", "")
+            return (f"the scale was rounded to {kind} (returned scale equals absmax / 127 stored in {kind}): keep "
+                    "the scales in float32, which is what makes q * scale accurate; they cost one number per token "
+                    "and head.")
     if near(e):
         return ("scale is within 0.1 % of absmax / 127 but not equal: compute it in float32, "
                 "scale = x.float().abs().amax(dim=-1, keepdim=True) / 127.")
@@ -150,12 +158,53 @@ def _shape_hint(quantize, x: torch.Tensor, scale: torch.Tensor) -> str:
     return "one scale per token and head: reduce over head_dim only, keepdim=True."
 
 
+class _CastWatch(TorchFunctionMode):
+    """Records whether any float tensor holding NaN or ±inf was converted to an integer dtype.
+
+    What such a cast gives is not defined (C++ leaves float-to-integer conversion of a value out of range undefined,
+    and PyTorch inherits it: pytorch/pytorch#180159, where CPU and CUDA disagree, and #87556): NaN becomes 0 in int8
+    on x86 today, something else elsewhere. So an all-zero row divided by its zero scale (0 / 0 = NaN) is judged by
+    this, not by the int8 it happens to become.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.bad = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.bad is None and isinstance(out, torch.Tensor) and not out.is_floating_point() \
+                and out.dtype != torch.bool and not out.is_complex():
+            for a in list(args) + list((kwargs or {}).values()):
+                if isinstance(a, torch.Tensor) and a.is_floating_point() and a.shape == out.shape \
+                        and not bool(torch.isfinite(a).all()):
+                    self.bad = (getattr(func, "__name__", str(func)), int((~torch.isfinite(a)).sum()))
+                    break
+        return out
+
+
 def _check_quantize(quantize, x: torch.Tensor, title: str, qn: str):  # noqa: C901 (one check after another)
     xd = x.to(pick_device(), copy=True)  # the learner's tensors live on the notebook's device
-    got = call(title, f"{qn}(x)", quantize, xd)
+    with _CastWatch() as watch:
+        got = call(title, f"{qn}(x)", quantize, xd)
+    if watch.bad is not None and bool(torch.isfinite(x).all()):
+        raise fail(title, f"{qn}(x) converted {watch.bad[1]} NaN or infinite value(s) to an integer type (through torch's "
+                   f"`{watch.bad[0]}`); x holds none, so they came from dividing by a zero scale: "
+                   + ("x has an all-zero row, whose absmax is 0, and 0 / 0 is NaN." if bool(
+                       (x.abs().amax(-1) == 0).any()) else "a scale of 0."),
+                   "What NaN becomes in int8 is not defined (0 on x86 today, not everywhere).",
+                   hint="guard the all-zero rows: divide by torch.where(scale > 0, scale, torch.ones_like(scale)) "
+                   "(x / 1 = 0 there) and return scale itself (0 for those rows).")
     if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
         raise fail(title, f"{qn}(x) returned {show(got)}; expected (q, scale), two tensors.")
     q, scale = got
+    want = (*x.shape[:-1], 1)
+    if scale.dtype == torch.int8 and q.dtype != torch.int8 and tuple(scale.shape) == tuple(x.shape) \
+            and tuple(q.shape) == want:
+        raise fail(title, f"{qn}(x) returned (scale, q): the first tensor has shape {tuple(q.shape)} "
+                   f"({str(q.dtype)[6:]}), the second is int8 of x's shape {tuple(x.shape)}.",
+                   hint="return q first, then scale: `return q, scale`, in the order dequantize(q, scale, dtype) "
+                   "takes them.")
     if not torch.equal(xd.cpu(), x):
         raise fail(title, f"{qn}(x) modified its input x in place.",
                    hint="x.div_(scale) writes into the caller's keys: use x / scale.")
@@ -166,7 +215,6 @@ def _check_quantize(quantize, x: torch.Tensor, title: str, qn: str):  # noqa: C9
         raise fail(title, "q has the wrong dtype.", expected="torch.int8", got=str(q.dtype), what="q dtype", hint=hint)
     if tuple(q.shape) != tuple(x.shape):
         raise fail(title, f"q has shape {tuple(q.shape)}; expected x's shape {tuple(x.shape)}.")
-    want = (*x.shape[:-1], 1)
     if tuple(scale.shape) != want:
         raise fail(title, "scale has the wrong shape.", expected=want, got=tuple(scale.shape), what="scale shape",
                    hint=_shape_hint(quantize, x, scale))

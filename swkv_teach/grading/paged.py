@@ -29,6 +29,7 @@ import random
 import torch
 
 from swkv_teach.caches.paged import BlockPool, PagedKVCache
+from swkv_teach.grading._shared import two_fresh
 from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint, show, learner_name as _name
 
 CASES = ((3, 2), (5, 4), (4, 4), (1, 1), (7, 3), (2, 5), (9, 4), (6, 1))  # (window_size, block_size)
@@ -44,7 +45,13 @@ class _Seq:
     def __init__(self, cls, pool: BlockPool, W: int, name: str, title: str):
         self.cls, self.pool, self.W, self.name = cls, pool, W, name
         self.title = title
+        used = pool.used_blocks
         self.mine = call(title, f"{_name(cls)}(pool, {W})", cls, pool, W)
+        if pool.used_blocks != used:
+            raise fail(title, f"{_name(cls)}(pool, {W}) took {pool.used_blocks - used} block(s) from the pool before "
+                       "any append(): a new sequence holds nothing.",
+                       hint="take a block only when a token needs it (the first append opens block 0): a block "
+                       "reserved in __init__ is one the pool cannot lend while this sequence may never use it.")
         self.resets = 0
         inside = _library_inside(self.mine)
         if inside:
@@ -56,6 +63,14 @@ class _Seq:
                            hint="pass the class itself, with append(), reset() and the properties block_table "
                            "and positions.")
         self.oracle = PagedKVCache(BlockPool(PagedKVCache.max_blocks(W, pool.block_size), pool.block_size), W)
+        table, positions = self.table(title), self.positions(title)
+        if table or positions:
+            raise fail(title, f"right after {_name(cls)}(pool, {W}), before any append(): block_table is {table} and "
+                       f"positions {positions}; a new sequence holds nothing, so both must be empty.",
+                       hint="take a block only when a token needs it (the first append opens block 0): a block "
+                       "reserved in __init__ is one the pool cannot lend while this sequence may never use it."
+                       if table else "positions are the last window_size positions seen, none yet: "
+                       "range(max(0, seen - W), seen), which is empty while seen is 0.")
 
     @property
     def seen(self) -> int:
@@ -192,14 +207,24 @@ class _Run:
         if len(table) > exp_n:
             oldest = min((logical.get(b, newest) for b in table), default=newest)
             first, last = oldest * bs, oldest * bs + bs - 1
-            if len(table) == newest + 1 and _never_returns(self.cls, W, bs):
+            unwritten = [b for b in table if b not in logical]
+            if table and table[-1] in unwritten and len(table) == exp_n + 1:
+                hint = (f"a block was taken before a token needed it: block {table[-1]}, the last in block_table, "
+                        f"holds no token yet (token {seen - 1} went into block {table[-2] if len(table) > 1 else '?'}"
+                        f"). Take a new block when a token opens one, p % block_size == 0, not when the previous "
+                        "block's last slot is written.")
+            elif len(table) == newest + 1 and _never_returns(self.cls, W, bs):
                 hint = "you never return a block: once all of a block's tokens have left the window, pool.give() it."
             elif last == seen - W - 1:
                 hint = (f"a block is returned one token too late: block {table[0]} holds tokens {first}..{last}, and "
                         f"token {last} left the window at this step ({window}); give it back now.")
-            else:
+            elif last < exp_pos[0]:
                 hint = (f"a block is returned too late: block {table[0]} holds tokens {first}..{last}, all out of the "
                         f"window ({window}).")
+            else:
+                hint = (f"block_table holds {len(table) - exp_n} block(s) more than the window's tokens occupy "
+                        f"(the blocks hold tokens of logical blocks {[logical.get(b) for b in table]}); each block "
+                        "must hold a token of the window.")
             raise fail(case, f"block_table holds {_n(len(table), 'block')}; {window}, which occupy {exp_n}.",
                        expected=exp_n, got=len(table), what="blocks", hint=hint)
         if len(table) < exp_n:
@@ -242,9 +267,14 @@ class _Run:
     def _check_others_unchanged(self, s: _Seq, before: dict, case: str) -> None:
         for o in self.seqs:
             if o is not s and (o.table(case), o.positions(case)) != before[o.name]:
+                def use(seq):
+                    for _ in range(2):
+                        seq.append()
+
+                found = two_fresh(self.cls, (BlockPool(8, self.bs), self.W), use)
                 raise fail(case, f"appending to {s.name} changed {o.name}'s block_table or positions.",
-                           hint="the instances share state: create the lists in __init__ (self.block_table = []), "
-                           "not as class attributes.")
+                           hint="the instances share state. " + (found or "Create the lists in __init__ "
+                           "(self.table = []), not as class attributes or module-level variables."))
 
     def _check_integrity(self, case: str) -> None:
         bs = self.bs

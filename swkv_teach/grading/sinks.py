@@ -28,7 +28,7 @@ SINK_RUNS = (
     Run((2, 5), (1, 4, 3), BF16),
     Run((3, 4), (3, 1, 5), zeros=True),
 )
-SINK_LIVE = ((1, 2), (2, 5), (3, 1))
+SINK_LIVE = ((1, 2), (2, 5), (3, 1), (3, 1))  # two with one shape (a memo keyed on it)
 
 
 def _pinned_later(cache, s: Step, W: int, n: int = 12):
@@ -83,6 +83,7 @@ def _sink_hint(got: list, exp: list, seen: int, S: int, W: int, later: int | Non
 
 class SinkJudge(Judge):
     oracle_cls = SinkKVCache
+    fresh_positions = True
     arg_names = ("num_sinks", "window_size")
 
     def step(self, s: Step) -> None:
@@ -131,7 +132,7 @@ def check_sink_cache(cls) -> None:
     interleave(SinkJudge, cls, SINK_LIVE, dev)
     passed(f"{_name(cls)} keeps the sinks and the last W tokens, like the library's SinkKVCache "
            "(num_sinks, W = " + ", ".join(f"({r.args[0]}, {r.args[1]})" for r in SINK_RUNS) + "; runs of "
-           "4(S + W) + 3 tokens; 4 token shapes; float32/64, float16, bfloat16; zero tokens; 3 live instances; "
+           "4(S + W) + 3 tokens; 4 token shapes; float32/64, float16, bfloat16; zero tokens; 4 live instances; "
            "integer positions; bounded memory).")
 
 

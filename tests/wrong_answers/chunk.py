@@ -234,3 +234,23 @@ def window_start_clamped_at_zero(q_positions, k_positions, window_size):
     """`k > max(q - W, 0)`: 'no negative positions', which hides key 0 from the first W queries."""
     q, k = _qk(q_positions, k_positions)
     return (k <= q) & (k > (q - window_size).clamp(min=0))
+
+
+# ---------------------------------------------------------------- issue 18: holes and true diagnoses
+
+
+@wrong("check_chunk_mask", "int32 overflow", "q_positions - window_size")
+def chunk_adds_window_to_keys(q_positions, k_positions, window_size):
+    """Writes the window test as s + W > p: in int32 that overflows near 2**31 - 1."""
+    p, s = q_positions[:, None], k_positions[None, :]
+    return (s <= p) & (s + window_size > p)
+
+
+# ---------------------------------------------------------------- issue 18: written as a learner would, unseen
+
+
+@wrong("check_chunk_mask", "own key is masked", "k <= q")
+def chunk_excludes_self(q_positions, k_positions, window_size):
+    """Strictly earlier keys only (s < p): the query's own key is masked."""
+    p, s = q_positions[:, None], k_positions[None, :]
+    return (s < p) & (s > p - window_size)

@@ -310,3 +310,48 @@ def decode_start_after_last_position(model, input_ids, caches):
     """Next position = cache.positions[-1] + 1: in slot order the last entry is not the newest after a wrap."""
     start = int(caches[0].positions[-1]) + 1 if caches[0].seen else 0
     return _run(model, input_ids, caches, _positions(caches, input_ids, start=start))
+
+
+# ---------------------------------------------------------------- issue 18: holes and true diagnoses
+
+
+@wrong("check_cached_decode", "post-norm", "attn_norm(x)")
+def decode_post_norm(model, input_ids, caches):
+    """Post-norm blocks: x = norm(x + attn(x)), as in the original Transformer, not pre-norm."""
+    positions = _positions(caches, input_ids)
+    x = model.embed(input_ids)
+    for layer, cache in zip(model.layers, caches):
+        q, k, v = layer.attn.qkv(x, positions)
+        k, v = cache.update(k, v)
+        x = layer.attn_norm(x + layer.attn.attend(q, k, v, positions, cache.positions.to(x.device)))
+        x = layer.mlp_norm(x + layer.mlp(x))
+    return model.lm_head(model.norm(x))
+
+
+@wrong("check_cached_decode", "cache.positions", "caches[0].seen")
+def decode_start_from_numel(model, input_ids, caches):
+    """Start position from caches[0].positions.numel(), the keys stored: stops growing once the window is full."""
+    return _run(model, input_ids, caches, _positions(caches, input_ids, start=caches[0].positions.numel()))
+
+
+@wrong("check_cached_decode", "numel()", "input_ids.shape[1]")
+def decode_positions_from_input_numel(model, input_ids, caches):
+    """c = input_ids.numel() (batch * tokens), not input_ids.shape[1]."""
+    s = caches[0].seen
+    return _run(model, input_ids, caches, torch.arange(s, s + input_ids.numel(), device=input_ids.device))
+
+
+# ---------------------------------------------------------------- issue 18: written as a learner would, unseen
+
+
+@wrong("check_cached_decode", "new key(s) it gave cache.update", "not over what update returned")
+def decode_attends_new_keys_only(model, input_ids, caches):
+    """Updates the caches but attends over the new keys only (ignores what update returns)."""
+    positions = _positions(caches, input_ids)
+    x = model.embed(input_ids)
+    for layer, cache in zip(model.layers, caches):
+        q, k, v = layer.attn.qkv(layer.attn_norm(x), positions)
+        cache.update(k, v)
+        x = x + layer.attn.attend(q, k, v, positions, positions)
+        x = x + layer.mlp(layer.mlp_norm(x))
+    return model.lm_head(model.norm(x))

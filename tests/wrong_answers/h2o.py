@@ -263,3 +263,53 @@ def ranks_by_the_old_scores(scores, weights, positions, budget, recent):
     kept, _ = _choose(scores, positions, budget, _outside_recent(positions, recent))
     where = {int(p): i for i, p in enumerate(positions)}
     return kept, total[[where[int(p)] for p in kept]]
+
+
+# ---------------------------------------------------------------- issue 18: holes and true diagnoses
+def _h2o(scores, weights, positions, budget, recent, total=None, keep_n=None):
+    """The solution, with the total and the number kept open to a slip."""
+    if total is None:
+        total = scores.float() + weights.float().mean(dim=(0, 1)).sum(dim=0)
+    protected = positions > positions.max() - recent
+    order = torch.argsort(positions)
+    order = order[torch.argsort(total[order], stable=True)]
+    order = order[~protected[order]]
+    keep = torch.ones(len(positions), dtype=torch.bool, device=positions.device)
+    keep[order[: max(0, len(positions) - (budget if keep_n is None else keep_n))]] = False
+    return positions[keep], total[keep]
+
+
+@wrong("check_h2o_keep", "one token fewer than the budget")
+def h2o_budget_minus_one(scores, weights, positions, budget, recent):
+    """Keeps budget - 1 tokens ('leave room for the next token')."""
+    return _h2o(scores, weights, positions, budget, recent, keep_n=budget - 1)
+
+
+@wrong("check_h2o_keep", "summed over the keys", "dim 2")
+def h2o_sum_over_keys(scores, weights, positions, budget, recent):
+    """weights.mean(dim=(0, 1)).sum(dim=1): sums each query's row over the keys (dim 1 of (queries, keys))."""
+    return _h2o(scores, weights, positions, budget, recent,
+                total=scores.float() + weights.float().mean(dim=(0, 1)).sum(dim=1))
+
+
+@wrong("check_h2o_keep", "scores differ", "averaged over batch and heads, summed over queries")
+def h2o_mean_over_queries_sum_over_heads(scores, weights, positions, budget, recent):
+    """weights.mean(dim=(0, 2)).sum(0): averages over batch and queries, sums over heads (the axes mixed up)."""
+    return _h2o(scores, weights, positions, budget, recent,
+                total=scores.float() + weights.float().mean(dim=(0, 2)).sum(0))
+
+
+# ---------------------------------------------------------------- issue 18: written as a learner would, unseen
+
+
+@wrong("check_h2o_keep", "from the number of keys", "positions.max() - recent")
+def h2o_recent_from_count(scores, weights, positions, budget, recent):
+    """Protects positions >= len(positions) - recent (a count, not the newest position)."""
+    total = scores.float() + weights.float().mean(dim=(0, 1)).sum(dim=0)
+    protected = positions >= len(positions) - recent
+    order = torch.argsort(positions)
+    order = order[torch.argsort(total[order], stable=True)]
+    order = order[~protected[order]]
+    keep = torch.ones(len(positions), dtype=torch.bool)
+    keep[order[: max(0, len(positions) - budget)]] = False
+    return positions[keep], total[keep]

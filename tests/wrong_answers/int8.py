@@ -214,3 +214,38 @@ DeqScaleInDtype = wrong(W, "rounded to float16 before multiplying")(pair(right_q
 LibraryFunctions = wrong(W, "library's own quantize_int8")(pair(quantize_int8, dequantize_int8))
 LibraryFunctions.__name__ = "LibraryFunctions"
 LibraryFunctions.__doc__ = "swkv_teach.caches.int8.quantize_int8 / dequantize_int8 handed in: the check's own oracle."
+
+
+# ---------------------------------------------------------------- issue 18: holes and true diagnoses
+def q_scale_swapped(x):
+    """Returns (scale, q) instead of (q, scale)."""
+    s = _absmax(x) / 127
+    return s, _q(x, s)
+
+
+def no_zero_guard(x):
+    """No guard for an all-zero row: x / 0 is NaN, and NaN.to(int8) happens to be 0 on x86 (not defined elsewhere)."""
+    s = _absmax(x) / 127
+    return torch.round(x.float() / s).clamp(-127, 127).to(torch.int8), s
+
+
+wrong("check_int8_quantize", "returned (scale, q)", "return q, scale")(pair(q_scale_swapped))
+wrong("check_int8_quantize", "nan", "all-zero row", "torch.where(scale > 0")(pair(no_zero_guard))
+
+
+# ---------------------------------------------------------------- issue 18: written as a learner would, unseen
+
+
+def deq_no_cast(q, scale, dtype):
+    """dequantize returns q.float() * scale and forgets .to(dtype)."""
+    return q.float() * scale
+
+
+def scale_rounded_to_half(x):
+    """Returns scale.half().float() 'to save memory': the scale loses bits."""
+    s = (_absmax(x) / 127).half().float()
+    return _q(x, s), s
+
+
+wrong("check_int8_quantize", "wrong dtype", ".to(dtype)")(pair(right_quantize, deq_no_cast))
+wrong("check_int8_quantize", "rounded to float16", "float32")(pair(scale_rounded_to_half))

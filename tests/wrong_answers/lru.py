@@ -302,3 +302,122 @@ class OrderListWithStaleDuplicates:
             return None
         self.order.append(token_id)
         return self.d[token_id]
+
+
+# ---------------------------------------------------------------- issue 18: holes and true diagnoses
+
+
+@wrong("check_lru_cache", "only when the cache is full", "whatever the fill level")
+class PromotesOnlyWhenFull(_LRU):
+    """get and re-put promote only once the cache is full ('no need to reorder while there is room')."""
+
+    def put(self, token_id, key, value):
+        if token_id in self.cache and len(self.cache) >= self.max_size:
+            self.cache.move_to_end(token_id)
+        self.cache[token_id] = (key, value)
+        while len(self.cache) > self.max_size:
+            self.cache.popitem(last=False)
+
+    def get(self, token_id):
+        if token_id not in self.cache:
+            return None
+        if len(self.cache) == self.max_size:
+            self.cache.move_to_end(token_id)
+        return self.cache[token_id]
+
+
+@wrong("check_lru_cache", "falsy", "reads as a miss", "is none")
+class FalsyValueIsAMiss:
+    """Keys and values in two dicts; get tests `if not self.values.get(id)`: a stored 0 or '' reads as a miss."""
+
+    def __init__(self, max_size):
+        if max_size <= 0:
+            raise ValueError("max_size")
+        self.max_size, self.keys, self.values = max_size, OrderedDict(), OrderedDict()
+
+    def put(self, token_id, key, value):
+        self.keys.pop(token_id, None)
+        self.values.pop(token_id, None)
+        self.keys[token_id] = key
+        self.values[token_id] = value
+        while len(self.keys) > self.max_size:
+            self.keys.popitem(last=False)
+            self.values.popitem(last=False)
+
+    def get(self, token_id):
+        if not self.values.get(token_id):
+            return None
+        self.keys.move_to_end(token_id)
+        self.values.move_to_end(token_id)
+        return self.keys[token_id], self.values[token_id]
+
+
+@wrong("check_lru_cache", "shared between instances", "mutable default argument", "self.cache")
+class MutableDefaultStore(_LRU):
+    """def __init__(self, max_size, cache=OrderedDict()): the default dict is one object for every instance."""
+
+    def __init__(self, max_size, cache=OrderedDict()):
+        if max_size <= 0:
+            raise ValueError("max_size")
+        self.max_size, self.cache = max_size, cache
+
+
+@wrong("check_lru_cache", "wrong victim", "smallest id")
+class EvictsSmallestId(_LRU):
+    """Evicts min(self.cache), the smallest token id, as if ids were arrival order."""
+
+    def put(self, token_id, key, value):
+        if token_id in self.cache:
+            self.cache.move_to_end(token_id)
+        self.cache[token_id] = (key, value)
+        while len(self.cache) > self.max_size:
+            del self.cache[min(self.cache)]
+
+
+@wrong("check_lru_cache", "least frequently used", "recency")
+class EvictsLeastFrequentlyUsed(_LRU):
+    """LFU: evicts the id with the fewest gets (a count per id), not the least recently used."""
+
+    def __init__(self, max_size):
+        super().__init__(max_size)
+        self.count = {}
+
+    def put(self, token_id, key, value):
+        self.count.setdefault(token_id, 0)
+        self.cache[token_id] = (key, value)
+        while len(self.cache) > self.max_size:
+            victim = min((i for i in self.cache if i != token_id), key=lambda i: self.count.get(i, 0))
+            del self.cache[victim]
+            self.count.pop(victim, None)
+
+    def get(self, token_id):
+        if token_id not in self.cache:
+            return None
+        self.count[token_id] = self.count.get(token_id, 0) + 1
+        return self.cache[token_id]
+
+
+# ---------------------------------------------------------------- issue 18: written as a learner would, unseen
+
+
+@wrong("check_lru_cache", "re-put must promote")
+class KeyInsteadOfId:
+    """put tests `if key in self.cache` (the key, not token_id) to spot a re-put, so a re-put never promotes."""
+
+    def __init__(self, max_size):
+        if max_size <= 0:
+            raise ValueError("max_size must be positive")
+        self.max_size, self.cache = max_size, {}
+
+    def put(self, token_id, key, value):
+        if key in self.cache:
+            del self.cache[key]
+        self.cache[token_id] = (key, value)
+        if len(self.cache) > self.max_size:
+            del self.cache[next(iter(self.cache))]
+
+    def get(self, token_id):
+        if token_id not in self.cache:
+            return None
+        self.cache[token_id] = self.cache.pop(token_id)
+        return self.cache[token_id]

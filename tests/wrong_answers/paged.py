@@ -266,3 +266,95 @@ class KeepsALibraryCache:
 
     def reset(self):
         self.cache.reset()
+
+
+# ---------------------------------------------------------------- issue 18: holes and true diagnoses
+
+
+@wrong("check_paged_window", "taken before a token needed it", "p % block_size == 0")
+class OpensBlockOneTokenEarly(PagedBase):
+    """Takes the next block when the current one's last slot is written ((p + 1) % bs == 0), one token early."""
+
+    def append(self):
+        p = self.seen
+        self.seen += 1
+        self.free_old()
+        if p == 0:
+            self.table.append(self.pool.take())
+        block = self.table[-1]
+        if (p + 1) % self.pool.block_size == 0:
+            self.table.append(self.pool.take())
+            block = self.table[-2]
+        return block, p % self.pool.block_size
+
+
+@wrong("check_paged_window", "before any append()", "holds nothing")
+class ReservesInInit(PagedBase):
+    """Takes the first block in __init__ (and after reset), 'ready for the first token'."""
+
+    def __init__(self, pool, window_size):
+        super().__init__(pool, window_size)
+        self.table = [pool.take()]
+
+    def opens_block(self, p):
+        return p > 0 and p % self.pool.block_size == 0
+
+    def reset(self):
+        super().reset()
+        self.table = [self.pool.take()]
+
+
+@wrong("check_paged_window", "before any append()", "holds nothing")
+class ReservesInInitOnly(PagedBase):
+    """Takes the first block in __init__; reset() then behaves like the solution (takes on the first append)."""
+
+    def __init__(self, pool, window_size):
+        super().__init__(pool, window_size)
+        self.table = [pool.take()]
+        self.pre = True
+
+    def opens_block(self, p):
+        if p == 0 and self.pre:
+            self.pre = False
+            return False
+        return p % self.pool.block_size == 0
+
+
+# ---------------------------------------------------------------- issue 18: written as a learner would, unseen
+
+
+@wrong("check_paged_window", "offset", "p % block_size")
+class OffsetAfterIncrement(PagedBase):
+    """Increments seen first, then returns seen % block_size as the offset (one slot late)."""
+
+    def append(self):
+        self.seen += 1
+        p = self.seen - 1
+        self.free_old()
+        if p % self.pool.block_size == 0:
+            self.table.append(self.pool.take())
+        return self.table[-1], self.seen % self.pool.block_size
+
+
+@wrong("check_paged_window", "before any append()", "max(0, seen - w)")
+class PositionsWithoutMax(PagedBase):
+    """positions = range(seen - W, seen) with no max(0, ...): negative positions before the window fills."""
+
+    @property
+    def positions(self):
+        return list(range(self.seen - self.window_size, self.seen))
+
+
+@wrong("check_paged_window", "share state", "mutable default argument", "self.table")
+class MutableDefaultTable(PagedBase):
+    """def __init__(self, pool, window_size, table=[]): every sequence appends to the one default list."""
+
+    def __init__(self, pool, window_size, table=[]):
+        super().__init__(pool, window_size)
+        self.table = table
+
+    def reset(self):
+        for b in self.table:
+            self.pool.give(b)
+        self.table.clear()
+        self.seen, self.first = 0, 0

@@ -360,3 +360,57 @@ class RingSwapsBatchAndHeads(_Ring):
         if B == H:
             k_new, v_new = (t.reshape(H, B, 1, D).transpose(0, 1) for t in (k_new, v_new))
         return super().update(k_new, v_new)
+
+
+# ---------------------------------------------------------------- issue 18: holes and true diagnoses
+
+import functools  # noqa: E402
+
+_BUF = {}
+
+
+def _buffers(window_size, like):
+    """Memo of ring buffers keyed on window_size only."""
+    if window_size not in _BUF:
+        B, H, _, D = like.shape
+        _BUF[window_size] = (like.new_zeros(B, H, window_size, D), like.new_zeros(B, H, window_size, D))
+    return _BUF[window_size]
+
+
+@wrong("check_ring_buffer_cache", "shared between instances", "same tensor memory", "memo")
+class MemoKeyedOnWindow(_Ring):
+    """Buffers come from a module-level memo keyed on window_size only: two caches with one window share them."""
+
+    def alloc(self, k_new):
+        self.k_buf, self.v_buf = _buffers(self.window_size, k_new)
+
+
+@wrong("check_ring_buffer_cache", "shared between instances", "same tensor memory", "lru_cache")
+class LruCacheAlloc(_Ring):
+    """@functools.lru_cache on an allocator keyed by (window_size, shape): buffers shared across instances."""
+
+    @staticmethod
+    @functools.lru_cache(maxsize=None)
+    def _zeros(W, B, H, D, dtype):
+        return torch.zeros(B, H, W, D, dtype=dtype), torch.zeros(B, H, W, D, dtype=dtype)
+
+    def alloc(self, k_new):
+        B, H, _, D = k_new.shape
+        self.k_buf, self.v_buf = self._zeros(self.window_size, B, H, D, k_new.dtype)
+
+
+@wrong("check_ring_buffer_cache", "before any update()", "must be empty")
+class PositionsOfTheWholeBuffer(_Ring):
+    """Keeps a preallocated (W,) position buffer of zeros and reports all of it, unwritten slots included."""
+
+    def __init__(self, window_size):
+        super().__init__(window_size)
+        self.pos = torch.zeros(window_size, dtype=torch.long)
+
+    def update(self, k_new, v_new):
+        self.pos[self.seen % self.window_size] = self.seen
+        return super().update(k_new, v_new)
+
+    @property
+    def positions(self):
+        return self.pos.clone()

@@ -233,3 +233,42 @@ class SinksReturnList(_Sinks):
 
     def update(self, k_new, v_new):
         return list(super().update(k_new, v_new))
+
+
+# ---------------------------------------------------------------- issue 18: holes and true diagnoses
+
+
+@wrong("check_sink_cache", "shared between instances", "mutable default argument", "self.pos")
+class SinksMutableDefault(_Sinks):
+    """def __init__(self, num_sinks, window_size, pos=[]): positions list shared."""
+
+    def __init__(self, num_sinks, window_size, pos=[]):
+        super().__init__(num_sinks, window_size)
+        self.pos = pos
+
+
+# ---------------------------------------------------------------- issue 18: written as a learner would, unseen
+
+
+@wrong("check_sink_cache", "sinks", "last 3 positions")
+class SinksInsideTheWindow:
+    """Counts the sinks as part of the window: keeps S sinks + the last W - S tokens."""
+
+    def __init__(self, num_sinks, window_size):
+        self.S, self.W, self.k, self.pos, self.seen = num_sinks, window_size, None, [], 0
+
+    def update(self, k_new, v_new):
+        self.k = k_new if self.k is None else torch.cat([self.k, k_new], 2)
+        self.v = v_new if self.pos == [] else torch.cat([self.v, v_new], 2)
+        self.pos.append(self.seen)
+        self.seen += 1
+        keep = [i for i, p in enumerate(self.pos) if p < self.S or p >= self.seen - (self.W - self.S)]
+        idx = torch.tensor(keep)
+        self.k, self.v = self.k[:, :, idx], self.v[:, :, idx]
+        self.pos = [self.pos[i] for i in keep]
+        return self.k, self.v
+
+    @property
+
+    def positions(self):
+        return torch.tensor(self.pos)

@@ -444,3 +444,37 @@ class SqueezeThenStack:
         self.ks = (self.ks + [k_new.squeeze()])[-self.window_size :]
         self.vs = (self.vs + [v_new.squeeze()])[-self.window_size :]
         return torch.stack(self.ks, dim=-2), torch.stack(self.vs, dim=-2)
+
+
+# ---------------------------------------------------------------- issue 18: holes and true diagnoses
+
+
+@wrong("check_sliding_window_cache", "shared between instances", "mutable default argument", "self.ks")
+class MutableDefaultLists:
+    """def __init__(self, window_size, ks=[], vs=[]): the default lists are shared by every instance."""
+
+    def __init__(self, window_size, ks=[], vs=[]):
+        self.window_size, self.ks, self.vs = window_size, ks, vs
+
+    def update(self, k_new, v_new):
+        self.ks.append(k_new)
+        self.vs.append(v_new)
+        del self.ks[:-self.window_size]
+        del self.vs[:-self.window_size]
+        return torch.cat(self.ks, 2), torch.cat(self.vs, 2)
+
+
+# ---------------------------------------------------------------- issue 18: written as a learner would, unseen
+
+
+@wrong("check_sliding_window_cache", "torch.stack", "torch.cat([...], dim=2)")
+class StacksTokens:
+    """Keeps a list of tokens and returns torch.stack(self.ks, dim=2) (stack adds a dim; cat joins)."""
+
+    def __init__(self, window_size):
+        self.window_size, self.ks, self.vs = window_size, [], []
+
+    def update(self, k_new, v_new):
+        self.ks = (self.ks + [k_new])[-self.window_size:]
+        self.vs = (self.vs + [v_new])[-self.window_size:]
+        return torch.stack(self.ks, dim=2), torch.stack(self.vs, dim=2)
