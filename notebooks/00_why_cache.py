@@ -236,8 +236,8 @@ for n in (4096, 8192, 32768):
 #
 # > `(weight bytes + b × KV bytes per sequence) / memory bandwidth`.
 #
-# That is a floor, not a prediction: real kernels reach 60 to 90 % of the bandwidth, and at large batches
-# the arithmetic catches up. Mistral 7B in fp16 reads 14.5 GB of weights per step. Bandwidths are the
+# That is a floor, not a prediction: real kernels reach only part of the peak bandwidth (measure yours),
+# and at large batches the arithmetic catches up with the reading. Mistral 7B in fp16 reads 14.5 GB of weights per step. Bandwidths are the
 # vendors' data-sheet peaks ([references](../docs/references.md#gpus-memory-bandwidth)):
 
 # %%

@@ -446,8 +446,10 @@ plt.close(fig)
 #   window of 64 keys), the recompute grows linearly, then faster past the `t + 1 = P / (2d)` where the FLOP
 #   model predicts that its attention (all `(t+1)²` pairs scored, then masked) overtakes its dense work.
 # * **Single points jump.** On a machine shared with other work, or where PyTorch's CPU kernels change
-#   strategy with the matrix shapes, one length can come out several times slower than its neighbours,
-#   and the next run moves the jump. Read the trend over lengths, and rerun before believing a point.
+#   strategy with the matrix shapes, one length can come out several times slower than its neighbours.
+#   In our runs the recompute's time jumped about tenfold somewhere between `t = 128` and `256`, yet the same
+#   forward timed alone, in a fresh process, grew smoothly; we have not found the cause. Read the trend over
+#   lengths, and rerun before believing a point.
 #
 # On a GPU and a real model the short-prefix story has a second reason, lesson 0's bandwidth: a forward
 # over `n` tokens reads every weight once, like a one-token step, and does `n` times the arithmetic. Until
@@ -523,7 +525,7 @@ for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPB
 # | `flash_attn_with_kvcache` | what its docstring says (line) | ring buffer (`RingBufferKVCache`) | paged (`PagedKVCache`, lesson 7) |
 # |---|---|---|---|
 # | `q` | `(batch_size, seqlen, nheads, headdim)` (1549) | the decoder's `q` transposed: ours are `(B, heads, T, D)` | same |
-# | `k_cache`, `v_cache` | `(batch_size_cache, seqlen_cache, nheads_k, headdim)` without a block table, `(num_blocks, page_block_size, nheads_k, headdim)` with one (1550–1553) | **no direct match**: the kernel finds key `p` at index `p` (the window rule below is written in indices), a ring keeps it in slot `p % W`. A ring must be unrotated first (mistral-inference's `unrotate`), or paged | the pool's `k`, `v`, laid out `(num_blocks, block_size, heads, head_dim)` exactly |
+# | `k_cache`, `v_cache` | `(batch_size_cache, seqlen_cache, nheads_k, headdim)` without a block table, `(num_blocks, page_block_size, nheads_k, headdim)` with one (1550–1554) | **no direct match**: the kernel finds key `p` at index `p` (the window rule below is written in indices), a ring keeps it in slot `p % W`. A ring must be unrotated first (mistral-inference's `unrotate`), or paged | the pool's `k`, `v`, laid out `(num_blocks, block_size, heads, head_dim)` exactly |
 # | `k`, `v` (optional) | new keys, written into the cache "starting at the indices specified by cache_seqlens" (1555–1557) | `update`'s write | `update`'s write into the last block |
 # | `cache_seqlens` | "The sequence lengths of the KV cache", `(batch_size,)` int32 (1561–1562) | `seen`, per row: tokens seen, **not** `len(cache)` (lesson 4's bug, one level down) | `seen` |
 # | `block_table` | `(batch_size, max_num_blocks_per_seq)` int32 (1568) | none | `block_table`, indexed by logical block `p // block_size` from 0: ours lists only the blocks still held, so the kernel's row is ours shifted right, with any block id where the window has moved on |
