@@ -301,6 +301,14 @@ def test_int8_check_sees_nan_reach_the_cast_whatever_the_cast_gives(capsys):
     grading.check_int8_quantize(quantize, dequantize)
     assert capsys.readouterr().out.startswith("✅")
 
+    def divide_by_inf(x):  # another guard: x / inf is 0, no NaN ever made
+        scale = x.float().abs().amax(dim=-1, keepdim=True) / 127
+        safe = torch.where(scale > 0, scale, torch.full_like(scale, float("inf")))
+        return torch.round(x.float() / safe).to(torch.int8), scale
+
+    grading.check_int8_quantize(divide_by_inf, dequantize)
+    assert capsys.readouterr().out.startswith("✅")
+
     def unguarded(x):
         scale = x.float().abs().amax(dim=-1, keepdim=True) / 127
         return torch.round(x.float() / scale).clamp(-127, 127).to(torch.int8), scale

@@ -177,10 +177,10 @@ def _falsy(cls) -> str | None:
         plain = _probe(cls, 3, _puts(5))
         if s is not None and plain is not None and s[5] is None and plain[5] is not None:
             which = "value" if kv[0] == "k" else "key"
-            return (f"a stored falsy {which} reads as a miss: after put(5, {kv[0]!r}, {kv[1]!r}), get(5) returned None. "
-                    "A test like `if not self.cache.get(token_id)` or `if value:` is False for 0, '', False or a "
-                    "zero tensor, which are legitimate keys and values. Test presence with `token_id in self.cache` "
-                    "and compare with `is None`.")
+            return (f"a falsy {which} is lost: after put(5, {kv[0]!r}, {kv[1]!r}), get(5) returned None (put dropped "
+                    "it, or get read it as a miss). A test like `if not key:` in put, or `if not self.cache.get("
+                    "token_id)` / `if value:` in get, is False for 0, '', False or a zero tensor, which are legitimate "
+                    "keys and values. Test presence with `token_id in self.cache` and compare with `is None`.")
     return None
 
 

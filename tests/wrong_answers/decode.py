@@ -355,3 +355,16 @@ def decode_attends_new_keys_only(model, input_ids, caches):
         x = x + layer.attn.attend(q, k, v, positions, positions)
         x = x + layer.mlp(layer.mlp_norm(x))
     return model.lm_head(model.norm(x))
+
+
+@wrong("check_cached_decode", "k_positions [0, 1, 2]", "pass cache.positions")
+def decode_mask_from_len(model, input_ids, caches):
+    """k_positions built as arange(len(cache)) after the update (keys numbered from 0)."""
+    positions = _positions(caches, input_ids)
+    x = model.embed(input_ids)
+    for layer, cache in zip(model.layers, caches):
+        q, k, v = layer.attn.qkv(layer.attn_norm(x), positions)
+        k, v = cache.update(k, v)
+        x = x + layer.attn.attend(q, k, v, positions, torch.arange(k.shape[2]))
+        x = x + layer.mlp(layer.mlp_norm(x))
+    return model.lm_head(model.norm(x))

@@ -326,7 +326,7 @@ class PromotesOnlyWhenFull(_LRU):
         return self.cache[token_id]
 
 
-@wrong("check_lru_cache", "falsy", "reads as a miss", "is none")
+@wrong("check_lru_cache", "falsy value is lost", "as a miss", "is none")
 class FalsyValueIsAMiss:
     """Keys and values in two dicts; get tests `if not self.values.get(id)`: a stored 0 or '' reads as a miss."""
 
@@ -421,3 +421,55 @@ class KeyInsteadOfId:
             return None
         self.cache[token_id] = self.cache.pop(token_id)
         return self.cache[token_id]
+
+
+@wrong("check_lru_cache", "re-put promotes only when the cache is full")
+class ListOrderPromotesOnPutOnlyWhenFull:
+    """dict + order list; get removes/appends always, but a re-put only reorders when the cache is full."""
+
+    def __init__(self, max_size):
+        if max_size <= 0:
+            raise ValueError("max_size")
+        self.max_size, self.d, self.order = max_size, {}, []
+
+    def put(self, token_id, key, value):
+        if token_id in self.d:
+            if len(self.d) == self.max_size:
+                self.order.remove(token_id)
+                self.order.append(token_id)
+        else:
+            self.order.append(token_id)
+        self.d[token_id] = (key, value)
+        if len(self.d) > self.max_size:
+            del self.d[self.order.pop(0)]
+
+    def get(self, token_id):
+        if token_id not in self.d:
+            return None
+        self.order.remove(token_id)
+        self.order.append(token_id)
+        return self.d[token_id]
+
+
+@wrong("check_lru_cache", "falsy key is lost", "if not key:")
+class KeyTruthiness:
+    """put returns early `if not key:` ('nothing to store'): a 0, '' or False key is dropped."""
+
+    def __init__(self, max_size):
+        if max_size <= 0:
+            raise ValueError("max_size")
+        self.max_size, self.d = max_size, OrderedDict()
+
+    def put(self, token_id, key, value):
+        if not key:
+            return
+        self.d.pop(token_id, None)
+        self.d[token_id] = (key, value)
+        while len(self.d) > self.max_size:
+            self.d.popitem(last=False)
+
+    def get(self, token_id):
+        if token_id not in self.d:
+            return None
+        self.d.move_to_end(token_id)
+        return self.d[token_id]

@@ -272,3 +272,29 @@ class SinksInsideTheWindow:
 
     def positions(self):
         return torch.tensor(self.pos)
+
+
+@wrong("check_sink_cache", "before any update()", "must be empty")
+class SinksFreshPositionsPlaceholder:
+    """positions starts as torch.arange(num_sinks) (the sinks 'reserved') before any token arrives."""
+
+    def __init__(self, num_sinks, window_size):
+        self.S, self.W, self.k, self.v, self.seen = num_sinks, window_size, None, None, 0
+        self.pos = list(range(num_sinks))
+
+    def update(self, k_new, v_new):
+        if self.seen == 0:
+            self.pos = []
+        self.k = k_new if self.k is None else torch.cat([self.k, k_new], 2)
+        self.v = v_new if self.v is None else torch.cat([self.v, v_new], 2)
+        self.pos.append(self.seen)
+        self.seen += 1
+        keep = [i for i, p in enumerate(self.pos) if p < self.S or p >= self.seen - self.W]
+        idx = torch.tensor(keep, device=self.k.device)
+        self.k, self.v = self.k.index_select(2, idx), self.v.index_select(2, idx)
+        self.pos = [self.pos[i] for i in keep]
+        return self.k, self.v
+
+    @property
+    def positions(self):
+        return torch.tensor(self.pos, dtype=torch.long)
