@@ -12,6 +12,10 @@ Two counts are kept apart on purpose:
 * ``seen``: tokens ever passed to ``update``. Rotary positions come from this.
 * ``len(cache)``: tokens stored now, at most the cache's capacity.
 
+Besides the hot path every cache has the service verbs: ``stats()`` (counts for
+monitoring), ``state_dict()`` and ``load_state_dict(sd)`` (persistence with
+PyTorch's conventions; the shared checks are in :mod:`swkv_teach.caches._state`).
+
 A decoder that takes rotary positions from ``len`` instead of ``seen`` breaks
 as soon as the window is full (``len`` stops growing, positions do not);
 naming both keeps that bug out. Not to be confused with StreamingLLM (§3.2) and
@@ -31,13 +35,17 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from swkv_teach.caches import _state
+
 
 class KVCache(ABC):
     """Interface shared by :class:`SlidingWindowKVCache`, :class:`RingBufferKVCache`,
     :class:`SinkKVCache` and :class:`LRUKVCache`, so the decoder, the widgets and
     the lessons can swap one for another.
 
-    Subclasses implement :meth:`update`, :meth:`reset` and the properties below.
+    Subclasses implement :meth:`update`, :meth:`reset` and the properties below;
+    for persistence, the hooks ``_config``, ``_state_layout``, ``_state``, ``_check_state``
+    and ``_load_state`` (the checks they share live in :mod:`swkv_teach.caches._state`).
     """
 
     # True when every key a one-token ``update`` returns is one that token may attend to under the
@@ -88,6 +96,67 @@ class KVCache(ABC):
     @abstractmethod
     def __len__(self) -> int:
         """Tokens stored now."""
+
+    # ------------------------------------------------ telemetry and persistence
+    def stats(self) -> dict:
+        """Integer counts for monitoring: ``tokens_seen``, ``tokens_stored`` (``len``), ``tokens_evicted``, ``bytes_held``.
+
+        ``tokens_evicted`` is ``seen - stored`` for every cache that stores only tokens
+        passed to ``update`` (all but the LRU cache's ``put``). A policy adds its own
+        counts (:meth:`_stats_extra`): a paged cache its blocks, LRU its hits and misses.
+        """
+        seen, stored = self.seen, len(self)
+        return {"tokens_seen": seen, "tokens_stored": stored, "tokens_evicted": seen - stored,
+                "bytes_held": self.nbytes, **self._stats_extra()}
+
+    def state_dict(self) -> dict:
+        """Everything that decides the cache's future outputs, as plain tensors and Python values.
+
+        ``torch.save`` writes it, ``torch.load(path, weights_only=True)`` reads it, and
+        :meth:`load_state_dict` into a cache built with the same settings continues bit
+        for bit. The tensors are copies (unlike ``nn.Module.state_dict``, whose tensors
+        are the parameters themselves): a state taken now does not change as the cache
+        goes on. Layout of the dict: :mod:`swkv_teach.caches._state`.
+        """
+        return {"kind": type(self).__name__, **self._config(), "layout": self._state_layout(), **self._state()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Become the cache that produced ``state_dict``; its tensors are copied in.
+
+        Raises ``ValueError`` naming what differs (kind, settings, keys, shapes, a
+        layout other than the one held; a fresh or reset cache takes the state's) and
+        ``PoolExhausted`` when a paged cache's pool lacks the blocks, changing nothing.
+        """
+        _state.load_many([self], [state_dict])
+
+    def _stats_extra(self) -> dict:
+        """A policy's own counts for :meth:`stats` (none by default)."""
+        return {}
+
+    # what a subclass says about its state (see caches/_state.py)
+    _state_keys: tuple[str, ...] = ()  # keys of _state(), checked strictly on load
+
+    def _config(self) -> dict:
+        """Constructor settings a state must match exactly (window, sinks, budget...)."""
+        return {}
+
+    def _state_layout(self) -> list | None:
+        """``[batch, heads, head_dim, dtype]`` held now, None while empty."""
+        return None
+
+    def _state(self) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} has no state_dict() yet")
+
+    def _check_state(self, state_dict: dict) -> None:
+        """Class-specific checks of a state whose header already passed; raise ValueError, change nothing."""
+
+    def _load_state(self, state_dict: dict) -> None:
+        """Apply a state that passed every check."""
+        raise NotImplementedError(f"{type(self).__name__} has no load_state_dict() yet")
+
+    def _blocks_claim(self, state_dict: dict):
+        """``(pool, blocks needed, blocks held now)`` for caches on a block pool; None for the others."""
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(stored={len(self)}, seen={self.seen}, nbytes={self.nbytes})"

@@ -92,5 +92,8 @@ class H2OKVCache(ScoredKVCache):
     def _protected(self, positions: torch.Tensor, seen: int) -> torch.Tensor:
         return positions >= seen - self.recent
 
+    def _config(self) -> dict:
+        return {**super()._config(), "recent": self.recent}  # a state's scores meant this recent window
+
     def __repr__(self) -> str:
         return f"H2OKVCache(budget={self.budget}, recent={self.recent}, stored={len(self)}, seen={self.seen})"

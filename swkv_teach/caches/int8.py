@@ -38,8 +38,9 @@ from __future__ import annotations
 import torch
 
 from swkv_teach._validate import check_kv, check_positive_int
+from swkv_teach.caches import _state
 from swkv_teach.caches.base import KVCache
-from swkv_teach.caches.ring import RingBufferKVCache
+from swkv_teach.caches.ring import RingBufferKVCache, check_ring_state
 
 QMAX = 127  # symmetric int8 range [-127, 127]: -128 is left unused so +absmax and -absmax round alike
 
@@ -135,3 +136,40 @@ class Int8RingBufferKVCache(KVCache):
 
     def __len__(self) -> int:
         return len(self._data)
+
+    # ------------------------------------------------ persistence (caches/_state.py)
+    # the int8 data and its scales as stored (re-quantising dequantised values would not round-trip);
+    # the layout's dtype is the one update returns, not int8
+    _state_keys = ("seen", "positions", "k", "v", "k_scale", "v_scale")
+
+    def _config(self) -> dict:
+        return {"window_size": self.window_size}
+
+    def _state_layout(self) -> list | None:
+        return _state.layout(self._like)
+
+    def _stats_extra(self) -> dict:
+        return {"scale_bytes": self._scales.nbytes}
+
+    def _state(self) -> dict:
+        d, s = self._data, self._scales
+        return {"seen": d.seen, "positions": _state.copy(d.positions), "k": _state.copy(d.k_buf),
+                "v": _state.copy(d.v_buf), "k_scale": _state.copy(s.k_buf), "v_scale": _state.copy(s.v_buf)}
+
+    def _check_state(self, sd: dict) -> None:
+        as_stored = {"k": (None, torch.int8), "v": (None, torch.int8),
+                     "k_scale": (1, torch.float32), "v_scale": (1, torch.float32)}
+        if sd["layout"] is not None:
+            as_stored["k"] = as_stored["v"] = (sd["layout"][2], torch.int8)
+        check_ring_state(self, sd, tuple(as_stored), sd["layout"], as_stored)
+
+    def _load_state(self, sd: dict) -> None:
+        device = self._like.device if self._like is not None else None
+        self.reset()
+        if sd["k"] is None:
+            return
+        self._data._restore(_state.copy(sd["k"], device), _state.copy(sd["v"], device), sd["seen"], sd["positions"])
+        self._scales._restore(_state.copy(sd["k_scale"], device), _state.copy(sd["v_scale"], device),
+                              sd["seen"], sd["positions"])
+        B, H, D, dt = sd["layout"]
+        self._like = torch.empty(B, H, 1, D, dtype=_state.dtype_from_name(dt), device=self._data.k_buf.device)

@@ -26,6 +26,7 @@ from typing import Any, Hashable
 import torch
 
 from swkv_teach._validate import check_kv, check_positive_int
+from swkv_teach.caches import _state
 from swkv_teach.caches.base import KVCache
 
 
@@ -44,6 +45,7 @@ class LRUKVCache(KVCache):
         self._entries: OrderedDict[Hashable, tuple[Any, Any]] = OrderedDict()
         self._seen = 0
         self._returned: list = []
+        self.hits = self.misses = self.evictions = 0  # get() found / did not find; entries pushed out
 
     # ------------------------------------------------------ the seed's API
     def put(self, token_id: Hashable, key: Any, value: Any) -> None:
@@ -53,11 +55,14 @@ class LRUKVCache(KVCache):
         self._entries[token_id] = (key, value)
         while len(self._entries) > self.max_size:
             self._entries.popitem(last=False)
+            self.evictions += 1
 
     def get(self, token_id: Hashable) -> tuple[Any, Any] | None:
         """``(key, value)`` of ``token_id``, promoted to most recently used; None on a miss."""
         if token_id not in self._entries:
+            self.misses += 1
             return None
+        self.hits += 1
         self._entries.move_to_end(token_id)
         return self._entries[token_id]
 
@@ -115,3 +120,53 @@ class LRUKVCache(KVCache):
         self._entries.clear()
         self._seen = 0
         self._returned = []
+        self.hits = self.misses = self.evictions = 0
+
+    # ------------------------------------------------ telemetry and persistence (caches/_state.py)
+    def _stats_extra(self) -> dict:
+        return {"hits": self.hits, "misses": self.misses}
+
+    def stats(self) -> dict:
+        """:meth:`KVCache.stats`, with ``tokens_evicted`` counted as entries are pushed out (``put`` evicts too)."""
+        return {**super().stats(), "tokens_evicted": self.evictions}
+
+    # the entries in recency order (least recent first): the order decides what is evicted next
+    _state_keys = ("seen", "returned", "ids", "keys", "values", "hits", "misses", "evictions")
+
+    def _config(self) -> dict:
+        return {"max_size": self.max_size}
+
+    def _state_layout(self) -> list | None:
+        like = next((k for k, _ in self._entries.values() if isinstance(k, torch.Tensor)), None)
+        return _state.layout(like)
+
+    def _state(self) -> dict:
+        return {"seen": self._seen, "returned": list(self._returned), "ids": list(self._entries),
+                "keys": [_state.copy(k) for k, _ in self._entries.values()],
+                "values": [_state.copy(v) for _, v in self._entries.values()],
+                "hits": self.hits, "misses": self.misses, "evictions": self.evictions}
+
+    def _check_state(self, sd: dict) -> None:
+        name = type(self).__name__
+        ids, keys, values = sd["ids"], sd["keys"], sd["values"]
+        if not all(isinstance(x, list) for x in (ids, keys, values, sd["returned"])):
+            raise ValueError(f"{name}: state['ids'], ['keys'], ['values'] and ['returned'] must be lists")
+        if not len(ids) == len(keys) == len(values) <= self.max_size or len(set(ids)) != len(ids):
+            raise ValueError(f"{name}: the state holds {len(ids)} ids, {len(keys)} keys, {len(values)} values; "
+                             f"expected as many of each, distinct ids, at most max_size={self.max_size}")
+        for key in ("hits", "misses", "evictions"):
+            _state.expect_int(name, key, sd[key])
+        odd = [i for i, k, v in zip(ids, keys, values)
+               if isinstance(k, torch.Tensor) and (_state.layout(k) != sd["layout"] or k.shape != v.shape)]
+        if odd:
+            raise ValueError(f"{name}: the keys or values of ids {odd[:5]} do not match the state's layout "
+                             f"({_state.describe_layout(sd['layout'])})")
+
+    def _load_state(self, sd: dict) -> None:
+        like = next((k for k, _ in self._entries.values() if isinstance(k, torch.Tensor)), None)
+        device = like.device if like is not None else None
+        self._entries = OrderedDict(
+            (i, (_state.copy(k, device), _state.copy(v, device))) for i, k, v in zip(sd["ids"], sd["keys"], sd["values"])
+        )
+        self._seen, self._returned = sd["seen"], list(sd["returned"])
+        self.hits, self.misses, self.evictions = sd["hits"], sd["misses"], sd["evictions"]

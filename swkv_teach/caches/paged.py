@@ -56,7 +56,24 @@ from collections import deque
 import torch
 
 from swkv_teach._validate import check_kv, check_positive_int
+from swkv_teach.caches import _state
 from swkv_teach.caches.base import KVCache
+
+
+def write_to_blocks(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor,
+                    v: torch.Tensor) -> None:
+    """Write new keys/values into pool storage at flat slots ``block * block_size + offset``.
+
+    Args:
+        k_cache, v_cache: ``(num_blocks, block_size, heads, head_dim)`` (the layout of
+            :func:`~swkv_teach.attention.paged_attention`), written in place.
+        slots: ``(batch, tokens)`` integer flat slots, distinct.
+        k, v: ``(batch, heads, tokens, head_dim)``, the decoder's layout.
+    """
+    n_slots, H, D = k_cache.shape[0] * k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
+    index = slots.reshape(-1)
+    k_cache.view(n_slots, H, D).index_copy_(0, index, k.transpose(1, 2).reshape(-1, H, D))
+    v_cache.view(n_slots, H, D).index_copy_(0, index, v.transpose(1, 2).reshape(-1, H, D))
 
 
 class PoolExhausted(RuntimeError):
@@ -342,3 +359,90 @@ class PagedKVCache(KVCache):
     def __repr__(self) -> str:
         return (f"PagedKVCache(sequence={self.sequence_id}, stored={len(self)}, seen={self._seen}, "
                 f"block_table={self._table})")
+
+    # ------------------------------------------------ telemetry and persistence (caches/_state.py)
+    def _stats_extra(self) -> dict:
+        return {"blocks_held": len(self._table), "pool_free_blocks": self.pool.free_blocks,
+                "pool_blocks": self.pool.num_blocks}
+
+    # The held blocks' contents in table order, their pool ids ("table") and the pool's free queue
+    # ("pool_free"). A state restores into any pool with the same block size and enough free blocks.
+    # Into a pool like the one it left (make_cache("paged"): a pool of its own) it takes the same ids
+    # and puts the free queue back in order, so the blocks lie where they lay and later steps take the
+    # blocks they would have taken: attention that reads the pool in place (update_in_place) then sums
+    # in the same order, bit for bit. Elsewhere it takes whichever blocks are free; outputs then agree
+    # to rounding (the same keys, summed in another order).
+    _state_keys = ("seen", "first", "table", "k_blocks", "v_blocks", "positions", "pool_free")
+
+    def _config(self) -> dict:
+        return {"window_size": self.window_size, "block_size": self.pool.block_size}
+
+    def _state_layout(self) -> list | None:
+        if self._layout is None:
+            return None
+        H, D, dtype, _ = self._layout
+        return [1, H, D, _state.dtype_name(dtype)]
+
+    def _state(self) -> dict:
+        idx = self._table_t
+        k = self.pool.k.index_select(0, idx) if self._table else None  # (blocks, block_size, heads, head_dim)
+        v = self.pool.v.index_select(0, idx) if self._table else None
+        return {"seen": self._seen, "first": self._first, "table": list(self._table), "k_blocks": k,
+                "v_blocks": v, "positions": _state.copy(self._positions), "pool_free": list(self.pool._free)}
+
+    def _blocks_claim(self, sd: dict):
+        return self.pool, len(sd["table"]), len(self._table)
+
+    def _check_state(self, sd: dict) -> None:
+        name, seen, bs = type(self).__name__, sd["seen"], self.pool.block_size
+        lo = max(0, seen - self.window_size)
+        blocks = (seen - 1) // bs - lo // bs + 1 if seen else 0
+        if not isinstance(sd["table"], list) or len(sd["table"]) != blocks or sd["first"] != (lo // bs if seen else 0):
+            raise ValueError(f"{name}: after seen={seen} tokens a state holds {blocks} blocks from logical block "
+                             f"{lo // bs if seen else 0}; got table {sd['table']!r}, first {sd['first']!r}")
+        ids = sd["table"] + (sd["pool_free"] if isinstance(sd["pool_free"], list) else [None])
+        if not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in ids) or len(set(ids)) != len(ids):
+            raise ValueError(f"{name}: state['table'] and state['pool_free'] must list distinct block ids (ints >= 0)")
+        if not seen:
+            if sd["k_blocks"] is not None or sd["v_blocks"] is not None or sd["layout"] is not None:
+                raise ValueError(f"{name}: a state with seen=0 holds no blocks and no layout")
+            return
+        if sd["layout"] is None or sd["layout"][0] != 1:
+            raise ValueError(f"{name}: state has seen={seen} but layout {sd['layout']!r}; expected batch 1")
+        _, H, D, dt = sd["layout"]
+        dtype = _state.dtype_from_name(dt)
+        for key in ("k_blocks", "v_blocks"):
+            _state.expect_tensor(name, key, sd[key], (blocks, bs, H, D), dtype)
+        pool = self.pool
+        others = pool.used_blocks - len(self._table)  # blocks other sequences hold: the storage must stay
+        if others and pool.k is not None and (tuple(pool.k.shape[2:]) != (H, D) or pool.k.dtype != dtype):
+            raise ValueError(
+                f"{name}: layout differs from the pool's: the state holds heads={H}, head_dim={D}, dtype {dt}; "
+                f"the pool's blocks hold heads={pool.k.shape[2]}, head_dim={pool.k.shape[3]}, dtype {pool.k.dtype} "
+                f"for other sequences ({pool.describe_holdings()})"
+            )
+
+    def _load_state(self, sd: dict) -> None:
+        self.reset()  # gives this sequence's blocks back first: the room check counted them
+        if not sd["seen"]:
+            return
+        _, H, D, dt = sd["layout"]
+        device = self.pool.k.device if self.pool.k is not None else sd["k_blocks"].device
+        dtype = _state.dtype_from_name(dt)
+        pool = self.pool
+        pool.allocate_like(torch.empty(1, H, 1, D, dtype=dtype, device=device))
+        if set(sd["table"]) <= set(pool._free):  # the same ids (BlockPool's queue, edited here on purpose)
+            for block in sd["table"]:
+                pool._free.remove(block)
+                pool._owner[block] = self.sequence_id
+            self._table = list(sd["table"])
+            if pool.used_blocks == len(self._table) and set(pool._free) == set(sd["pool_free"]):
+                pool._free = deque(sd["pool_free"])  # a pool of its own: the queue as it was
+        else:
+            self._table = [pool.take(self.sequence_id) for _ in sd["table"]]
+        self._table_t = torch.tensor(self._table, dtype=torch.long, device=device)
+        self.pool.k[self._table_t] = sd["k_blocks"].to(device)
+        self.pool.v[self._table_t] = sd["v_blocks"].to(device)
+        self._first, self._seen = sd["first"], sd["seen"]
+        self._layout = (H, D, dtype, device)
+        self._positions = _state.copy(sd["positions"], device)

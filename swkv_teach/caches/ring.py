@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from swkv_teach._validate import check_kv, check_positive_int
+from swkv_teach.caches import _state
 from swkv_teach.caches.base import KVCache
 
 
@@ -182,3 +183,61 @@ class RingBufferKVCache(KVCache):
 
     def __len__(self) -> int:
         return min(self._seen, self.capacity)
+
+    # ------------------------------------------------ persistence (caches/_state.py)
+    # The buffers are saved whole, in slot order: a restored ring returns its keys in the
+    # same order, so attention sums them in the same order and the logits match bit for bit.
+    _state_keys = ("seen", "positions", "k", "v")
+
+    def _config(self) -> dict:
+        return {"window_size": self.window_size, "num_sinks": self.num_sinks}
+
+    def _state_layout(self) -> list | None:
+        return _state.layout(self.k_buf)
+
+    def _stats_extra(self) -> dict:
+        return {"sinks_held": min(self._seen, self.num_sinks)} if self.num_sinks else {}
+
+    def _state(self) -> dict:
+        return {"seen": self._seen, "positions": _state.copy(self.positions),
+                "k": _state.copy(self.k_buf), "v": _state.copy(self.v_buf)}
+
+    def _check_state(self, sd: dict) -> None:
+        check_ring_state(self, sd, ("k", "v"), sd["layout"])
+
+    def _load_state(self, sd: dict) -> None:
+        self._restore(sd["k"], sd["v"], sd["seen"], sd["positions"])
+
+    def _restore(self, k, v, seen: int, positions) -> None:
+        """Hold buffers ``k``, ``v`` ``(B, H, capacity, D)`` (copied) after ``seen`` tokens; None: empty."""
+        device = self._device
+        self.reset()
+        if k is None:
+            return
+        self._allocate(k if device is None else k.to(device))
+        self.k_buf.copy_(k)
+        self.v_buf.copy_(v)
+        self._seen = seen
+        self._positions = _state.copy(positions, self._device)
+
+
+def check_ring_state(cache, sd: dict, buffers: tuple[str, ...], lay, last_dims: dict | None = None) -> None:
+    """Check a ring-shaped state: ``seen``, ``positions`` and each buffer ``(B, H, capacity, D)``.
+
+    ``last_dims``/dtypes per buffer for the int8 cache (scales are ``(B, H, capacity, 1)`` float32).
+    """
+    name, seen = type(cache).__name__, sd["seen"]
+    if seen == 0:
+        if any(sd[b] is not None for b in buffers) or lay is not None:
+            raise ValueError(f"{name}: a state with seen=0 holds no buffers and no layout")
+        return
+    if lay is None:
+        raise ValueError(f"{name}: state has seen={seen} but no layout")
+    B, H, D, dt = lay
+    for b in buffers:
+        last, dtype = (last_dims or {}).get(b, (D, _state.dtype_from_name(dt)))
+        capacity = cache.window_size + getattr(cache, "num_sinks", 0)
+        _state.expect_tensor(name, b, sd[b], (B, H, capacity, last), dtype)
+    p = sd["positions"]
+    if not isinstance(p, torch.Tensor) or p.dim() != 1 or p.dtype != torch.long or len(p) > seen:
+        raise ValueError(f"{name}: state['positions'] must be a 1-D long tensor of at most seen={seen} positions")

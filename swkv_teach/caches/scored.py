@@ -57,6 +57,7 @@ from __future__ import annotations
 import torch
 
 from swkv_teach._validate import check_kv, check_positive_int
+from swkv_teach.caches import _state
 from swkv_teach.caches.base import KVCache
 
 __all__ = ["ScoredKVCache", "eviction_order", "head_average"]
@@ -145,6 +146,7 @@ class ScoredKVCache(KVCache):
             held = self.pos_buf[:n]
             victims = eviction_order(self.score_buf[:n], held, self._protected(held, self._seen))[: c - free]
             slots = torch.cat([torch.sort(victims).values, slots])
+            self.evictions += len(victims)
         self.k_buf.index_copy_(2, slots, k_new)
         self.v_buf.index_copy_(2, slots, v_new)
         self.pos_buf[slots] = new_pos
@@ -183,6 +185,7 @@ class ScoredKVCache(KVCache):
         drop = eviction_order(scores, positions, self._protected(positions, self._seen))[: len(positions) - self.budget]
         keep = torch.ones(len(positions), dtype=torch.bool, device=positions.device)
         keep[drop] = False
+        self.evictions += len(drop)
         keep = torch.nonzero(keep).flatten()  # in the order returned (slot order, then the chunk), which pos_buf follows too
         B = self.budget
         self.k_buf[:, :, :B] = k.index_select(2, keep)
@@ -248,6 +251,61 @@ class ScoredKVCache(KVCache):
         self._n = self._seen = 0
         self._expect = None  # queries the next observe() must cover
         self._pending = None  # (k, v, scores) of an update longer than the budget
+        self.evictions = 0  # tokens evicted by score since the last reset
 
     def __len__(self) -> int:
         return self._n if self._pending is None else len(self._positions)
+
+    # ------------------------------------------------ telemetry and persistence (caches/_state.py)
+    def _stats_extra(self) -> dict:
+        """``evictions`` (counted as tokens are chosen to go) and ``kept_beyond_window``: stored
+        tokens a sliding window of ``budget`` would already have dropped (the policy's keepers)."""
+        old = int((self.pos_buf[: self._n] < self._seen - self.budget).sum()) if self._n else 0
+        return {"evictions": self.evictions, "kept_beyond_window": old}
+
+    # the buffers in slot order with each slot's position and score: the scores decide the next eviction
+    _state_keys = ("seen", "n", "k", "v", "pos", "scores", "positions", "expect", "evictions")
+
+    def _config(self) -> dict:
+        return {"budget": self.budget}
+
+    def _state_layout(self) -> list | None:
+        return _state.layout(self.k_buf)
+
+    def _state(self) -> dict:
+        if self._pending is not None:
+            raise RuntimeError(
+                f"{type(self).__name__}: the last update returned more than budget={self.budget} keys and waits for "
+                "observe(weights) to choose which stay; call it before state_dict()"
+            )
+        return {"seen": self._seen, "n": self._n, "k": _state.copy(self.k_buf), "v": _state.copy(self.v_buf),
+                "pos": _state.copy(self.pos_buf) if self.k_buf is not None else None,
+                "scores": _state.copy(self.score_buf) if self.k_buf is not None else None,
+                "positions": _state.copy(self._positions), "expect": self._expect, "evictions": self.evictions}
+
+    def _check_state(self, sd: dict) -> None:
+        name, seen, B = type(self).__name__, sd["seen"], self.budget
+        n = _state.expect_int(name, "n", sd["n"], 0, min(seen, B))
+        _state.expect_int(name, "evictions", sd["evictions"])
+        if sd["expect"] is not None:
+            _state.expect_int(name, "expect", sd["expect"], 1, B)
+        if sd["layout"] is None:
+            if seen or any(sd[key] is not None for key in ("k", "v", "pos", "scores")):
+                raise ValueError(f"{name}: a state without a layout has seen=0 and no buffers; got seen={seen}")
+            return
+        bs, hs, ds, dt = sd["layout"]
+        for key in ("k", "v"):
+            _state.expect_tensor(name, key, sd[key], (bs, hs, B, ds), _state.dtype_from_name(dt))
+        _state.expect_tensor(name, "pos", sd["pos"], (B,), torch.long)
+        _state.expect_tensor(name, "scores", sd["scores"], (B,), torch.float32)
+        if n != min(seen, B):
+            raise ValueError(f"{name}: a state after seen={seen} tokens stores min(seen, budget)={min(seen, B)}; got n={n}")
+
+    def _load_state(self, sd: dict) -> None:
+        device = self.k_buf.device if self.k_buf is not None else None
+        self.reset()
+        if sd["k"] is not None:
+            self.k_buf, self.v_buf = _state.copy(sd["k"], device), _state.copy(sd["v"], device)
+            self.pos_buf, self.score_buf = _state.copy(sd["pos"], self.k_buf.device), _state.copy(sd["scores"], self.k_buf.device)
+        self._n, self._seen, self._expect, self.evictions = sd["n"], sd["seen"], sd["expect"], sd["evictions"]
+        self._positions = _state.copy(sd["positions"], device)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from swkv_teach._validate import check_kv, check_positive_int
+from swkv_teach.caches import _state
 from swkv_teach.caches.base import KVCache
 
 
@@ -101,3 +102,35 @@ class SlidingWindowKVCache(KVCache):
 
     def __len__(self) -> int:
         return 0 if self.k is None else self.k.shape[2]
+
+    # ------------------------------------------------ persistence (caches/_state.py)
+    _state_keys = ("seen", "returned", "k", "v")
+
+    def _config(self) -> dict:
+        return {"window_size": self.window_size}
+
+    def _state_layout(self) -> list | None:
+        return _state.layout(self.k)
+
+    def _state(self) -> dict:
+        # copies: self.k may be a W-token view of a W + 1 token tensor, whose whole storage torch.save would write
+        return {"seen": self._seen, "returned": self._returned, "k": _state.copy(self.k), "v": _state.copy(self.v)}
+
+    def _check_state(self, sd: dict) -> None:
+        name, seen = type(self).__name__, sd["seen"]
+        _state.expect_int(name, "returned", sd["returned"], 0, seen)
+        if seen == 0:
+            if sd["k"] is not None or sd["v"] is not None or sd["layout"] is not None:
+                raise ValueError(f"{name}: a state with seen=0 holds no keys, values or layout")
+            return
+        B, H, D, dt = sd["layout"] or (None,) * 4
+        if B is None:
+            raise ValueError(f"{name}: state has seen={seen} but no layout")
+        shape = (B, H, min(seen, self.window_size), D)
+        for key in ("k", "v"):
+            _state.expect_tensor(name, key, sd[key], shape, _state.dtype_from_name(dt))
+
+    def _load_state(self, sd: dict) -> None:
+        device = self.k.device if self.k is not None else None
+        self.k, self.v = _state.copy(sd["k"], device), _state.copy(sd["v"], device)
+        self._seen, self._returned = sd["seen"], sd["returned"]
