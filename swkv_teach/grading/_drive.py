@@ -11,7 +11,8 @@ four live instances (two of them with the same window) are updated in turn
 (:func:`interleave`): a cache whose state lives on its class passes alone and
 fails there, and only then is shared state blamed.
 
-Also checked at every step: the caller's tensors are never written to, and the
+A cache with a ``positions`` property (rings, sinks) must report none before its first update:
+a new cache holds no token. Also checked at every step: the caller's tensors are never written to, and the
 cache keeps at most ``capacity`` tokens of keys and values, counted over
 everything the object keeps alive (:mod:`._retained`), and nothing it holds
 grows once the window is full.

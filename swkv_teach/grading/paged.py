@@ -15,6 +15,8 @@ block sizes cross every alignment (``bs = 1``, ``bs > W``, ``bs = W``,
 return a block before it takes one), and three sequences of different lengths
 run interleaved on one pool, one of them reset and restarted.
 
+A new instance holds nothing: right after construction it has taken no block from the pool and its
+``block_table`` and ``positions`` are empty (a block reserved in ``__init__`` is named).
 ``block_table`` must be a new list (or a tuple) each time: the check appends to what it got
 and reads the property again, so a table handed out by reference is named. A failure that
 a fresh instance does not show, after a ``reset()``, is blamed on ``reset()``. The library's
@@ -208,7 +210,18 @@ class _Run:
             oldest = min((logical.get(b, newest) for b in table), default=newest)
             first, last = oldest * bs, oldest * bs + bs - 1
             unwritten = [b for b in table if b not in logical]
-            if table and table[-1] in unwritten and len(table) == exp_n + 1:
+            twice = sorted({logical[b] for b in table if b in logical and
+                            [logical.get(o) for o in table].count(logical[b]) > 1})
+            if twice:
+                same = [b for b in table if logical.get(b) == twice[0]]
+                hint = (f"blocks {same} both hold tokens of logical block {twice[0]} (tokens {twice[0] * bs}.."
+                        f"{twice[0] * bs + bs - 1}): a new block was taken while the current one still had room. "
+                        "Take one only when a token opens a block, p % block_size == 0" + (
+                            ". Block id 0 is the one at fault: with block 0 lent to another sequence first, a fresh "
+                            f"{_name(self.cls)} gets these {_n(seen, 'token')} right, so a test like `if not block` or "
+                            "`if not self.current` treats block 0 as no block; test `is None`."
+                            if 0 in same and _right_without_block_zero(self.cls, W, bs, seen) else "."))
+            elif table and table[-1] in unwritten and len(table) == exp_n + 1:
                 hint = (f"a block was taken before a token needed it: block {table[-1]}, the last in block_table, "
                         f"holds no token yet (token {seen - 1} went into block {table[-2] if len(table) > 1 else '?'}"
                         f"). Take a new block when a token opens one, p % block_size == 0, not when the previous "
@@ -351,6 +364,24 @@ def _fresh_is_right(cls, W: int, bs: int, n: int) -> bool:
             if (offset != p % bs or block not in pool._owner or table[-1:] != [block]
                     or len(table) != len(oracle.block_table)
                     or list(probe.positions) != oracle.stored_positions().tolist()):
+                return False
+        return True
+    except Exception:
+        return False
+
+
+def _right_without_block_zero(cls, W: int, bs: int, n: int) -> bool:
+    """Whether a fresh instance holds the right number of blocks for ``n`` tokens when block 0 is never its own."""
+    try:
+        pool = BlockPool(PagedKVCache.max_blocks(W, bs) + 4, bs)
+        if pool.take() != 0:
+            return False
+        probe = cls(pool, W)
+        oracle = PagedKVCache(BlockPool(PagedKVCache.max_blocks(W, bs), bs), W)
+        for _ in range(n):
+            probe.append()
+            oracle.update(torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1))
+            if len(list(probe.block_table)) != len(oracle.block_table):
                 return False
         return True
     except Exception:

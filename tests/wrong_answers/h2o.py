@@ -313,3 +313,16 @@ def h2o_recent_from_count(scores, weights, positions, budget, recent):
     keep = torch.ones(len(positions), dtype=torch.bool)
     keep[order[: max(0, len(positions) - budget)]] = False
     return positions[keep], total[keep]
+
+
+@wrong("check_h2o_keep", "kept other positions", "expected", "got")
+def h2o_protect_by_truthiness(scores, weights, positions, budget, recent):
+    """Skips tokens with a zero total when choosing what to evict (`if total[i]:` treats 0 as 'no score yet')."""
+    total = scores.float() + weights.float().mean(dim=(0, 1)).sum(dim=0)
+    protected = positions > positions.max() - recent
+    order = sorted((i for i in range(len(positions)) if not protected[i] and total[i]),
+                   key=lambda i: (float(total[i]), int(positions[i])))
+    keep = torch.ones(len(positions), dtype=torch.bool)
+    for i in order[: max(0, len(positions) - budget)]:
+        keep[i] = False
+    return positions[keep], total[keep]

@@ -358,3 +358,37 @@ class MutableDefaultTable(PagedBase):
             self.pool.give(b)
         self.table.clear()
         self.seen, self.first = 0, 0
+
+
+@wrong("check_paged_window", "both hold tokens of logical block 0", "block id 0", "is none")
+class CurrentBlockByTruthiness:
+    """Keeps self.current (the block being filled); takes a new one `if not self.current or p % bs == 0`:
+    block id 0 is falsy, so while block 0 is current every token takes a new block."""
+
+    def __init__(self, pool, window_size):
+        self.pool, self.W, self.table, self.seen, self.current = pool, window_size, [], 0, None
+
+    def append(self):
+        bs = self.pool.block_size
+        p = self.seen
+        self.seen += 1
+        first_needed = max(0, self.seen - self.W) // bs
+        while self.table and self.table[0][0] < first_needed:
+            self.pool.give(self.table.pop(0)[1])
+        if not self.current or p % bs == 0:
+            self.current = self.pool.take()
+            self.table.append((p // bs, self.current))
+        return self.current, p % bs
+
+    @property
+    def block_table(self):
+        return [b for _, b in self.table]
+
+    @property
+    def positions(self):
+        return list(range(max(0, self.seen - self.W), self.seen))
+
+    def reset(self):
+        for _, b in self.table:
+            self.pool.give(b)
+        self.table, self.seen, self.current = [], 0, None
