@@ -6,10 +6,10 @@ step to the exercise's :class:`Judge`. Every run is at least ``4 * capacity + 3`
 steps long. The runs vary one thing at a time from a first, plain run
 (``batch != heads`` tokens ``(2, 3, 1, 4)``, float32): the window, the token shape
 (one head, batch 1, head_dim apart), the dtype (float64, float16, bfloat16) and
-keys and values that are all zeros. After every run alone has passed, two or
+keys and values that are all zeros. After every run alone has passed, three or
 four live instances (two of them with the same window) are updated in turn
-(:func:`interleave`): a cache whose state lives on its class passes alone and
-fails there, and only then is shared state blamed.
+(:func:`interleave`): a cache whose state lives on its class, or in a memo keyed on
+the window, passes alone and fails there.
 
 A cache with a ``positions`` property (rings, sinks) must report none before its first update:
 a new cache holds no token. Also checked at every step: the caller's tensors are never written to, and the
@@ -19,7 +19,10 @@ grows once the window is full.
 
 When a run fails with a message that names no bug, :func:`isolate` reruns the
 same window changing one thing at a time (shape, dtype, zeros; a fresh copy of
-the class for shared state) and names the variable that breaks it.
+the class for shared state) and names the variable that breaks it. Before anything else it
+looks at two fresh instances side by side (:mod:`._shared`): an attribute that is one mutable
+object in both (a mutable default argument, a class attribute, a memo) is named as shared
+state, so sharing is never reported as a shape or off-by-one bug.
 """
 
 from __future__ import annotations
