@@ -105,6 +105,31 @@ def test_one_process_without_torchrun_decodes_as_generate(monkeypatch, capsys):
     assert not dist.is_initialized()
 
 
+def test_a_rerun_on_the_same_snapshot_folder_resumes_and_says_so(monkeypatch, capsys, tmp_path):
+    """Text mode, one process: the first run leaves snapshots after 4 and 8 new tokens (LATEST names 8);
+    running the same command again resumes from 8, prints where from, and ends with the same text."""
+    for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    args = ["--prompt", PROMPT, "--max-new-tokens", "11", "--snapshot-dir", str(tmp_path), "--snapshot-every", "4"]
+    model, tok = load_pretrained()
+    text = tok.decode(model.generate(torch.tensor([tok.encode(PROMPT)]), 11)[0])
+    assert main(args) == 0
+    assert capsys.readouterr().out == text + "\n"
+    assert json.loads((tmp_path / "LATEST").read_text()) == {"token": 8, "world_size": 1}
+    assert main(args) == 0
+    assert capsys.readouterr().out == "[resumed from the snapshot after 8 new tokens]\n" + text + "\n"
+
+
+def test_a_snapshot_of_another_prompt_is_refused(monkeypatch, tmp_path):
+    for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    common = ["--max-new-tokens", "6", "--snapshot-dir", str(tmp_path), "--snapshot-every", "2", "--json"]
+    assert main(["--prompt", "def f(x):", *common]) == 0
+    with pytest.raises(ValueError, match="another prompt"):
+        main(["--prompt", "import os", *common])
+    assert not dist.is_initialized()
+
+
 def single_process_cache_bytes(model) -> int:
     """Ring caches of the whole model, worked out from the config: layers x (k, v) x heads x W x head_dim x 4 bytes."""
     c = model.config

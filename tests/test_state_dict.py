@@ -156,6 +156,23 @@ def test_round_trip_at_every_step_with_chunks_batches_and_dtypes(kind, batch, dt
         assert torch.equal(a, b), f"{kind}: step {t} after the last reload differs"
 
 
+def test_every_cache_class_of_the_library_can_be_saved():
+    """A new policy added to swkv_teach.caches without persistence fails here, not in a user's service."""
+    from swkv_teach.caches import KVCache, ScoredKVCache
+
+    def concrete(cls):
+        for sub in cls.__subclasses__():
+            yield from concrete(sub)
+            if sub.__module__.startswith("swkv_teach.caches") and sub is not ScoredKVCache:
+                yield sub
+
+    classes = set(concrete(KVCache))
+    assert len(classes) >= 8
+    for cls in classes:
+        assert cls._state is not KVCache._state and cls._load_state is not KVCache._load_state, cls.__name__
+        assert cls._config is not KVCache._config, f"{cls.__name__} has settings a state must match"
+
+
 def test_a_state_is_a_snapshot_not_a_view_of_the_live_buffers():
     """The ring writes into its buffers in place: a state taken earlier must not change with them."""
     cache = make_cache("ring", 3)
