@@ -12,7 +12,7 @@
 # %% [markdown]
 # # Lesson 11 — Interview drill
 #
-# **Time:** about 90 minutes (fifteen questions, 4–8 minutes each answered aloud before you open the fold, plus re-reading what you missed). **You need:**
+# **Time:** about 100 minutes (eighteen questions, 4–8 minutes each answered aloud before you open the fold, plus re-reading what you missed). **You need:**
 # lessons 0–10; it comes last so that every question is about something taught (each answer says where its
 # topic is taught). Sources: [references](../docs/references.md); formulas: [cheat sheet](../docs/cheatsheet.md).
 #
@@ -21,11 +21,13 @@
 # * give the cost of a decode step with and without a cache, complete, and say which term dominates when;
 # * do the KV-memory arithmetic of a real model in your head, GQA, windows and hybrid stacks included;
 # * compare eviction policies and memory layouts by what is exact, what it costs, and what it wastes;
-# * state the window convention with its boundary, and name who counts `W + 1` keys.
+# * state the window convention with its boundary, and name who counts `W + 1` keys;
+# * turn bytes into milliseconds on a GPU, say what keeps a fused kernel from running, and batch prompts
+#   of different lengths without breaking their positions.
 #
-# Fifteen questions of the kind asked in ML-systems and LLM-serving interviews: complexity, memory
-# arithmetic, trade-offs between eviction policies and memory layouts, RoPE, chunked prefill, and
-# the window convention's off-by-one. Say your answer out loud (or write it down) before opening
+# Eighteen questions of the kind asked in ML-systems and LLM-serving interviews: complexity, memory
+# arithmetic, trade-offs between eviction policies and memory layouts, RoPE, chunked prefill, the window
+# convention's off-by-one, and what a GPU does with a cache: bandwidth, fused kernels, batches. Say your answer out loud (or write it down) before opening
 # the folded one. The answers are short on purpose: an interviewer wants the key idea and a number.
 #
 # Two small calculators come first, so you can change the numbers and redo the arithmetic in any
@@ -358,7 +360,6 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# %% [markdown]
 # ### Q15. A 62-layer model with 16 KV heads of 128 dims (bf16) serves 128k-token contexts. Compare the
 # KV cache per sequence with every layer global, and with 5 local layers (window 1024) per global one.
 # Which layers set the memory?
@@ -379,6 +380,66 @@ print("all global:", human(kv_cache_bytes(62, 16, 128, 131072)))
 print("5 : 1 local/global, W = 1024:", human(kv_cache_bytes(10, 16, 128, 131072) + kv_cache_bytes(52, 16, 128, 1024)))
 
 # %% [markdown]
+# ### Q16. Mistral 7B in fp16 on an H100 SXM (3.35 TB/s). What is the floor on milliseconds per decode step at
+# batch 1 and 4k tokens of context? At batch 32 and 32k tokens, with a full cache and with a 4096 window? When
+# does the KV cache, not the weights, set the pace?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# Decode is memory-bound: a step reads every weight once (shared by the batch) and every sequence's cache,
+# for about 2 FLOPs per weight, so `ms ≥ (weight bytes + batch × KV bytes) / bandwidth`. Weights:
+# 7.24 G parameters × 2 B ≈ 14.5 GB, 4.3 ms alone; at 4k tokens the cache adds 0.5 GiB: about 4.5 ms.
+# Batch 32 at 32k: `32 × 32768 × 128 KiB ≈ 137 GB` of cache, about 45 ms a step (and it does not fit in
+# 80 GB); with the window, `32 × 4096 × 128 KiB ≈ 17 GB`, about 9.5 ms, and it fits. The cache dominates
+# once `batch × tokens × 128 KiB` passes the weights' 14.5 GB, about 110k tokens in the batch: past that
+# a window saves *time*, not only memory. Lesson 0, section 2.
+#
+# </details>
+
+# %%
+weights, bandwidth = 7.24e9 * 2, 3.35e12                   # Mistral 7B fp16; H100 SXM data-sheet bandwidth
+for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
+    kv = kv_cache_bytes(32, 8, 128, tokens, batch=batch)
+    print(f"batch {batch:>2}, {tokens:>5} cached tokens each: {(weights + kv) / bandwidth * 1e3:5.1f} ms per step "
+          f"(cache {kv / 1e9:5.1f} GB)")
+
+# %% [markdown]
+# ### Q17. A profile of your decoder on an A100 shows SDPA running the math or memory-efficient kernel, never
+# FlashAttention, although every step passes a correct window mask. Why, and what do you change? What would
+# you hand FlashAttention's own `flash_attn_with_kvcache` instead of a mask?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# PyTorch's FlashAttention backend refuses any explicit `attn_mask` (`check_for_attn_mask`: "Flash
+# Attention does not support non-null attn_mask"), so a masked call falls back. For one new token over a
+# ring or naive cache every returned key is inside the query's window: the mask is all True, so pass none
+# (the course's `needs_no_mask`). A prompt no longer than the window in a fresh cache is plain causal
+# (`is_causal=True`). Chunks past the window genuinely need their band; that is where
+# `flash_attn_with_kvcache` fits: `window_size=(W - 1, 0)` instead of a mask, `cache_seqlens` = tokens
+# *seen* per row (not stored), and a cache indexed by position, either contiguous (a ring unrotated) or
+# paged with a `block_table` whose out-of-window entries are never read. Lesson 6, section 5.
+#
+# </details>
+
+# %% [markdown]
+# ### Q18. You batch two prompts of 100 and 70 tokens with left padding. What must the mask and the positions
+# be? A colleague prefills with `position_ids` from the attention mask, then decodes with one position counter
+# for the whole batch, and the short prompt's continuation goes wrong. Why, and why would one shared counter
+# used everywhere have worked with RoPE?
+#
+# <details><summary><b>Answer</b> (try first)</summary>
+#
+# No real query may attend a pad key, and each row counts positions from its own first token
+# (`attention_mask.cumsum(-1) - 1`; FlashAttention: `cache_seqlens` and `cache_leftpad` per row). The
+# colleague's short row cached its keys at positions 0..69 and now rotates its queries at 100, 101, ...:
+# every distance is 30 too large, and RoPE scores depend on the distance. A counter shared by prefill and
+# decode shifts a row's keys and queries alike, so the distances, and the scores, are unchanged (a model
+# with absolute position embeddings would still break). The pad mask is needed either way. Lesson 4,
+# section 8, runs all four variants on the trained decoder.
+#
+# </details>
+
+# %% [markdown]
 # ## Where each topic is taught
 #
 # * Q1, Q3, Q4, Q5, Q13, Q15: [lesson 0](00_why_cache.ipynb) (costs, bytes, hybrid stacks, forgetting).
@@ -388,6 +449,8 @@ print("5 : 1 local/global, W = 1024:", human(kv_cache_bytes(10, 16, 128, 131072)
 # * Q6, Q8 (paged blocks, int8 caches): [lesson 7](07_serving_memory.ipynb); Q7 (H2O):
 #   [lesson 8](08_which_tokens_to_keep.ipynb); prefix sharing: the PagedAttention paper cited in Q6.
 # * Q12: the convention's docstring in `swkv_teach/masks.py` and lesson 0's off-by-one section.
+# * Q16: [lesson 0](00_why_cache.ipynb), section 2; Q17: [lesson 6](06_measuring.ipynb), section 5; Q18:
+#   [lesson 4](04_decoding_with_the_cache.ipynb), section 8.
 # * Building the naive cache yourself: [lesson 1](01_six_steps.ipynb) and
 #   [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb).
 # * All sources: [references](../docs/references.md); formulas: [cheat sheet](../docs/cheatsheet.md).
