@@ -83,6 +83,11 @@ def test_command_line_errors_are_one_line(tmp_path, capsys):
     assert "no solution notebooks" in capsys.readouterr().err
     assert main([str(tmp_path / "out"), "--assignment", "a b"]) == 2
     assert "assignment must be" in capsys.readouterr().err
+    assert main([str(tmp_path / "out"), "--cpu", "lots"]) == 2
+    assert "--cpu must be a number of seconds, or none; got 'lots'" in capsys.readouterr().err
+    assert main([str(tmp_path / "out"), "--memory", "much"]) == 2
+    assert "memory must be a size like 2G" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists(), "nothing written when an argument is wrong"
 
 
 # ---------------------------------------------------------------------------- the real nbgrader

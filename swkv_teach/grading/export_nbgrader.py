@@ -181,7 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         memory = None if args.memory.lower() == "none" else args.memory
-        cpu = None if args.cpu.lower() == "none" else float(args.cpu)
+        try:
+            cpu = None if args.cpu.lower() == "none" else float(args.cpu)
+        except ValueError:
+            raise ValueError(f"--cpu must be a number of seconds, or none; got {args.cpu!r}") from None
         written = export_nbgrader(args.out, args.solutions, args.assignment, args.timeout, memory, cpu)
     except (ValueError, OSError) as e:
         print(f"swkv-teach export nbgrader: {e}", file=sys.stderr)
