@@ -336,3 +336,30 @@ def test_lru_probe_for_promotion_while_not_full_needs_the_full_case_to_be_right(
     assert "only when the cache is full" in diagnose(PromotesOnlyWhenFull)
     found = diagnose(GetDoesNotPromote)
     assert "get must promote" in found and "only when" not in found
+
+
+_SLOTS = torch.arange(64)  # a module-level constant that caches only read
+
+
+def test_a_constant_two_instances_only_read_is_not_called_shared_state():
+    """Shared *state* needs evidence of a write: a ring keeping a view of a module-level constant (read, never
+    written) and failing for another reason is not told its state is shared."""
+    from swkv_teach.grading._drive import shared_state
+    from tests.wrong_answers.ring import _Ring
+
+    class ReadsAConstant(_Ring):
+        def __init__(self, window_size):
+            super().__init__(window_size)
+            self.slots = _SLOTS[:window_size]  # same storage in every instance, never written
+
+    assert shared_state(ReadsAConstant, (3,), torch.device("cpu")) is None
+
+    class WritesAConstant(ReadsAConstant):
+        def update(self, k_new, v_new):
+            self.slots[self.seen % self.window_size] += 1  # now it is state, and shared
+            return super().update(k_new, v_new)
+
+    try:
+        assert "self.slots" in shared_state(WritesAConstant, (3,), torch.device("cpu"))
+    finally:
+        _SLOTS.copy_(torch.arange(64))

@@ -6,8 +6,8 @@ step to the exercise's :class:`Judge`. Every run is at least ``4 * capacity + 3`
 steps long. The runs vary one thing at a time from a first, plain run
 (``batch != heads`` tokens ``(2, 3, 1, 4)``, float32): the window, the token shape
 (one head, batch 1, head_dim apart), the dtype (float64, float16, bfloat16) and
-keys and values that are all zeros. After every run alone has passed, three or
-four live instances (two of them with the same window) are updated in turn
+keys and values that are all zeros. After every run alone has passed, four
+live instances (two of them with the same window) are updated in turn
 (:func:`interleave`): a cache whose state lives on its class, or in a memo keyed on
 the window, passes alone and fails there.
 
@@ -251,9 +251,9 @@ def pristine(cls):
 
 def shared_state(cls, args: tuple, dev) -> str | None:
     """What two fresh instances of ``cls``, each given two tokens, hold in common (None if nothing)."""
-    def use(cache):
+    def use(cache, i):
         for p in range(2):
-            cache.update(*token(p, F32, dev, SHAPE0, 0, False))
+            cache.update(*token(p, F32, dev, SHAPE0, STREAM * i, False))
 
     return two_fresh(cls, args, use)
 

@@ -157,7 +157,7 @@ def _get_hint(s: _Script, token_id, got, exp, hint_hit, hint_miss, hint) -> dict
         return {"hint": f"a miss must return None, not {show(got)} (no -1 or (None, None) sentinel as in some "
                         "LeetCode versions): callers test `if cache.get(i) is None`."}
     if exp is None and token_id not in s.version:
-        found = two_fresh(s.cls, (2,), lambda c: c.put(0, "k0", "v0"))
+        found = two_fresh(s.cls, (2,), lambda c, i: c.put(i, f"k{i}", f"v{i}"))
         return {"hint": "this cache was never given this id, yet it returned a value: state is shared between "
                         "instances. " + (found or "Create the dict in __init__ (self.cache = ...), not at class "
                                          "level or in a module-level variable.")}

@@ -280,8 +280,8 @@ class _Run:
     def _check_others_unchanged(self, s: _Seq, before: dict, case: str) -> None:
         for o in self.seqs:
             if o is not s and (o.table(case), o.positions(case)) != before[o.name]:
-                def use(seq):
-                    for _ in range(2):
+                def use(seq, i):
+                    for _ in range(2 + i):
                         seq.append()
 
                 found = two_fresh(self.cls, (BlockPool(8, self.bs), self.W), use)
