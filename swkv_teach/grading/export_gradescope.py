@@ -8,20 +8,23 @@ the zip holds ``setup.sh`` and ``run_autograder`` at its root; Gradescope extrac
 grade (``score``, ``output``, and ``tests`` with a ``name``, ``score``, ``max_score`` and
 ``output`` each), and only that file's ``output`` fields are shown to students.
 
-Gradescope runs the copy at ``/autograder/run_autograder``, not the one in ``source/``, so the
-script reads its settings (``swkv_gradescope.json``: exercises, timeout, memory, CPU) from
-``$AUTOGRADER_ROOT/source/`` first, then from beside itself, and fails the submission loudly, never
-falling back to defaults, when neither has them. ``AUTOGRADER_ROOT`` (default ``/autograder``) and
-``SWKV_PYTHON`` (default ``/autograder/venv/bin/python``) are ours, for running the autograder
-outside Gradescope; Gradescope sets neither.
+Gradescope runs the copy at ``/autograder/run_autograder`` ("where your autograder script gets
+copied to during the Docker image build process", gradescope/autograder_samples docs/specs.md
+line 27), not the one in ``source/``, so the script reads its settings (``swkv_gradescope.json``:
+exercises, timeout, memory, CPU) from ``$AUTOGRADER_ROOT/source/`` first, then from beside itself,
+and fails the submission loudly, never falling back to defaults, when neither has them.
+``AUTOGRADER_ROOT`` (default ``/autograder``) and ``SWKV_PYTHON`` (default
+``/autograder/venv/bin/python``) are ours, for running the autograder outside Gradescope;
+Gradescope's documentation names neither.
 
 Ours adds the course package itself, as a wheel, so Gradescope grades with exactly the course's
 checks and needs no access to the repository: built from the checkout when the package runs from
 one, else repacked from the installed package's own files (``pip install swkv-teach`` is enough to
 export). ``setup.sh`` installs it, after a CPU build of torch at the course's floor (Gradescope's
-graders have no GPU), into ``/autograder/venv``, made from the image's ``python3`` (3.10 on
-Gradescope's default Ubuntu 22.04 image), which it leaves as it is: Gradescope's own harness runs
-on it. ``run_autograder`` calls
+autograder documentation offers no GPU; the CUDA wheels are gigabytes), into ``/autograder/venv``,
+made from the image's ``python3``: 3.10 on the default base image, Ubuntu 22.04 (docs/base_images.md).
+That ``python3`` itself is left as it is, because Gradescope's harness runs on it
+(docs/python3_issues.md). ``run_autograder`` calls
 ``python -m swkv_teach.grading.export_gradescope run``, which grades every ``.ipynb`` of the
 submission with :func:`~swkv_teach.grading.grade.grade_notebook` (the engine of
 ``swkv-teach grade``: a copy of each notebook in a fresh kernel, the official checks, per-cell
@@ -62,7 +65,7 @@ apt-get install -y -qq python3 python3-venv python3-pip >/dev/null
 python3 -c 'import sys; sys.exit(0 if sys.version_info >= {python_floor!r} else "swkv-teach needs Python >= {python_text}; this image has " + sys.version.split()[0] + ": choose a newer base image (Ubuntu 22.04 has 3.10)")'
 python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install -q --upgrade pip
-# torch at the course's floor, a CPU build: Gradescope's graders have no GPU, and the CUDA wheels are gigabytes
+# torch at the course's floor, a CPU build: Gradescope's autograder docs offer no GPU, and CUDA wheels are gigabytes
 /autograder/venv/bin/pip install -q "{torch}" --index-url https://download.pytorch.org/whl/cpu
 /autograder/venv/bin/pip install -q ./{wheel} ipykernel
 /autograder/venv/bin/python -c "import swkv_teach, torch, ipykernel; print('swkv-teach', swkv_teach.__version__, 'with torch', torch.__version__, 'installed')"
