@@ -153,7 +153,8 @@ print(f"weights (float32):                 {weights / 1024:8.0f} KiB")
 print(f"saved window state (W = {cfg.window_size}):     {state_bytes / 1024:8.0f} KiB  "
       f"({state_bytes / weights:.0%} of the weights, after {layer0['seen']} tokens or after a million)")
 for T in (1_000, 10_000, 100_000):
-    print(f"a full cache after {T:>7,} tokens:   {per_token * T / 1024:8.0f} KiB  ({per_token * T / weights:.1f}x the weights)")
+    full = per_token * T
+    print(f"a full cache after {T:>7,} tokens:   {full / 1024:8.0f} KiB  ({full / weights:.1f}x the weights)")
 
 # %% [markdown]
 # The same arithmetic for Mistral 7B (32 layers, 8 KV heads of 128 dims, float16: 128 KiB per token, lesson 0)
@@ -215,7 +216,8 @@ plt.show()
 # The ring allocates its `W` slots at the first token and is flat from there; the naive cache grows to `W`
 # then stays; the paged cache grows a block (16 tokens) at a time and, once the window slides, returns a
 # block each time it takes one — it holds `ceil((W - 1) / 16) + 1 = 5` blocks, one more than the window's
-# 64 tokens strictly need, except at the steps where the window lines up with block boundaries (lesson 7). Evictions are the same line for all three: `seen - W` once full.
+# 64 tokens strictly need, except at the steps where the window lines up with block boundaries (lesson 7).
+# Evictions are the same line for all three: `seen - W` once full.
 # These are the numbers a serving dashboard would scrape per request.
 
 # %% [markdown]

@@ -191,7 +191,7 @@ class Snapshots:
         return found[0]
 
     def load(self, n: int, prompt: torch.Tensor) -> dict:
-        snap = torch.load(self._file(n), map_location="cpu", weights_only=True)
+        snap = torch.load(self._file(n), map_location=prompt.device, weights_only=True)  # fresh caches take it
         tokens = snap["tokens"]
         if tokens.shape[1] != prompt.shape[1] + n or not torch.equal(tokens[:, : prompt.shape[1]], prompt.cpu()):
             raise ValueError(f"{self._file(n)} is a snapshot of another prompt or length; use a new --snapshot-dir")
@@ -220,7 +220,7 @@ def _inject_fault(directory: Path | None, rank: int, n: int) -> None:
     if rank != 1 or not first_attempt or (marker is not None and marker.exists()):
         return
     if marker is not None:
-        marker.write_text(f"rank 1 stopped after {n} new tokens, attempt {os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)}\n")
+        marker.write_text(f"rank 1 stopped after {n} new tokens, attempt 0\n")
     raise SystemExit(f"fault injected: rank 1 stops after {n} new tokens (--fail-at-token {n})")
 
 
@@ -237,6 +237,9 @@ def decode(shard: Decoder, prompt: torch.Tensor, max_new_tokens: int, rank: int,
     caches = shard.new_caches("ring")
     resumed = snapshots.latest() if snapshots is not None else None
     if resumed is not None:
+        if resumed > max_new_tokens:
+            raise ValueError(f"the snapshot in {snapshots.dir} is after {resumed} new tokens, more than "
+                             f"--max-new-tokens {max_new_tokens}; use a new --snapshot-dir")
         snap = snapshots.load(resumed, prompt)
         caches.load_state_dict(snap["caches"])
         tokens = snap["tokens"].to(prompt.device)

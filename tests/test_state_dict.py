@@ -294,6 +294,17 @@ def test_a_state_of_another_window_is_refused(kind):
     assert "4" in msg and "6" in msg
 
 
+def test_a_single_cache_refuses_a_state_of_another_kind_and_stays_as_it_was():
+    ring = make_cache("ring", 4)
+    for _ in range(6):
+        ring.update(torch.randn(1, 2, 1, 3), torch.randn(1, 2, 1, 3))
+    before = ring.state_dict()
+    with pytest.raises(ValueError, match="^kind differs: the state is of a 'SlidingWindowKVCache', "
+                                         "this cache is a 'RingBufferKVCache'$"):
+        ring.load_state_dict(make_cache("naive", 4).state_dict())
+    assert same(ring.state_dict(), before)
+
+
 def test_a_state_of_another_layer_count_is_refused():
     state = filled(small_model(layers=3), "ring").state_dict()
     msg = refuse(filled(small_model(layers=2), "ring"), state, "layer count")

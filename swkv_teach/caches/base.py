@@ -126,8 +126,12 @@ class KVCache(ABC):
         Raises ``ValueError`` naming what differs (kind, settings, keys, shapes, a
         layout other than the one held; a fresh or reset cache takes the state's) and
         ``PoolExhausted`` when a paged cache's pool lacks the blocks, changing nothing.
+        A cache holding a layout keeps its device; a fresh one takes the state's tensors'
+        device (``torch.load(path, map_location=device, weights_only=True)`` chooses it).
         """
-        _state.load_many([self], [state_dict])
+        _state.check_one(self, state_dict)
+        _state.check_room([(self, state_dict)])
+        self._load_state(state_dict)
 
     def _stats_extra(self) -> dict:
         """A policy's own counts for :meth:`stats` (none by default)."""
