@@ -72,6 +72,7 @@ def test_an_all_zero_token_stays_zero_without_dividing_by_zero():
     x[0, 1, 2] = torch.tensor([0.0, -2.0, 1.0, 0.5])
     q, scale = quantize_int8(x)
     assert bool(torch.isfinite(scale).all()) and scale[0, 0].abs().sum() == 0
+    assert q[0, 0].abs().sum() == 0, "an all-zero row gets q 0 (the docstring's promise), not whatever 0 / 0 becomes"
     back = dequantize_int8(q, scale)
     assert bool((back[0, 0] == 0).all()) and bool(torch.isfinite(back).all())
     assert_within_half_a_step(back, x)
@@ -94,6 +95,16 @@ def test_a_subnormal_absmax_keeps_every_sign_and_stays_in_minus_127_127():
     q, scale = quantize_int8(x)
     assert scale.item() == TINY, "190 / 127 = 1.5 steps, rounded to 1"
     assert q.tolist() == [[127, -127, 95, 1, 0]]
+
+
+def test_a_token_whose_scale_underflows_to_zero_gets_q_zero():
+    """absmax = 3 subnormal steps: absmax / 127 underflows to a scale of 0, and a scale of 0 means q 0 (as for an
+    all-zero token), not x / 0 = inf clamped to +-127 (issue 24: the guard against dividing by zero removed)."""
+    x = torch.tensor([[3.0, -2.0, 0.0]]) * TINY
+    q, scale = quantize_int8(x)
+    assert scale.item() == 0.0
+    assert q.tolist() == [[0, 0, 0]]
+    assert dequantize_int8(q, scale).tolist() == [[0.0, 0.0, 0.0]]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
