@@ -96,7 +96,7 @@ def test_one_process_without_torchrun_decodes_as_generate(monkeypatch, capsys):
     """World size 1 (no launcher, a HashStore): the whole model on one rank, the same tokens as generate()."""
     for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT"):
         monkeypatch.delenv(name, raising=False)
-    assert main(["--prompt", PROMPT, "--max-new-tokens", "12", "--json"]) == 0
+    assert main(["--prompt", PROMPT, "--max-new-tokens", "12", "--json", "--device", "cpu"]) == 0
     out = json.loads(capsys.readouterr().out)
     model, tok = load_pretrained()
     assert out["tokens"] == model.generate(torch.tensor([tok.encode(PROMPT)]), 12)[0].tolist()
@@ -110,7 +110,8 @@ def test_a_rerun_on_the_same_snapshot_folder_resumes_and_says_so(monkeypatch, ca
     running the same command again resumes from 8, prints where from, and ends with the same text."""
     for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT"):
         monkeypatch.delenv(name, raising=False)
-    args = ["--prompt", PROMPT, "--max-new-tokens", "11", "--snapshot-dir", str(tmp_path), "--snapshot-every", "4"]
+    args = ["--prompt", PROMPT, "--max-new-tokens", "11", "--snapshot-dir", str(tmp_path), "--snapshot-every", "4",
+            "--device", "cpu"]
     model, tok = load_pretrained()
     text = tok.decode(model.generate(torch.tensor([tok.encode(PROMPT)]), 11)[0])
     assert main(args) == 0
@@ -123,7 +124,7 @@ def test_a_rerun_on_the_same_snapshot_folder_resumes_and_says_so(monkeypatch, ca
 def test_a_snapshot_of_another_prompt_is_refused(monkeypatch, tmp_path):
     for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT"):
         monkeypatch.delenv(name, raising=False)
-    common = ["--max-new-tokens", "6", "--snapshot-dir", str(tmp_path), "--snapshot-every", "2", "--json"]
+    common = ["--max-new-tokens", "6", "--snapshot-dir", str(tmp_path), "--snapshot-every", "2", "--json", "--device", "cpu"]
     assert main(["--prompt", "def f(x):", *common]) == 0
     with pytest.raises(ValueError, match="another prompt"):
         main(["--prompt", "import os", *common])
@@ -143,7 +144,7 @@ def torchrun(*args: str, restarts: int = 0) -> subprocess.CompletedProcess:
         env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "--max-restarts", str(restarts), "-m", "swkv_teach.distributed", "--checkpoint", "shipped",
-           "--prompt", PROMPT, "--max-new-tokens", str(NEW), "--seed", "0", "--json", *args]
+           "--prompt", PROMPT, "--max-new-tokens", str(NEW), "--seed", "0", "--device", "cpu", "--json", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
 
 
