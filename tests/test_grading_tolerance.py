@@ -62,11 +62,11 @@ def test_decode_logits_ten_times_the_tolerance_off_fail():
     fails(grading.check_cached_decode, decode_pushed(10.0))
 
 
-def test_decode_logits_a_tenth_of_the_tolerance_off_pass(capsys):
+def test_decode_logits_a_tenth_of_the_tolerance_off_pass():
     passes(grading.check_cached_decode, decode_pushed(0.1))
 
 
-# ------------------------------------------------------------------ exercise 10: scores rtol 1e-5 (float32/64), 2e-2 (half)
+# ------------------------------------------------------------------ exercise 10: scores rtol 1e-5, 2e-2 for half
 def h2o_pushed(rel, only_half=False):
     """The library's H2O step with every returned score multiplied by (1 + rel): right positions, scores off."""
 
@@ -84,7 +84,7 @@ def test_h2o_float32_scores_off_by_1e_4_fail():
     fails(grading.check_h2o_keep, h2o_pushed(1e-4))
 
 
-def test_h2o_float32_scores_off_by_1e_7_pass(capsys):
+def test_h2o_float32_scores_off_by_1e_7_pass():
     passes(grading.check_h2o_keep, h2o_pushed(1e-7))
 
 
@@ -93,7 +93,7 @@ def test_h2o_half_scores_off_by_20_percent_fail():
     fails(grading.check_h2o_keep, h2o_pushed(0.2, only_half=True))
 
 
-def test_h2o_half_scores_off_by_2e_3_pass(capsys):
+def test_h2o_half_scores_off_by_2e_3_pass():
     passes(grading.check_h2o_keep, h2o_pushed(2e-3, only_half=True))
 
 
@@ -121,12 +121,12 @@ def test_int8_scale_off_by_1e_4_fails():
     fails(grading.check_int8_quantize, int8_scale_pushed(1e-4), int8_right_dequantize, words=("scale",))
 
 
-def test_int8_scale_off_by_1e_6_passes(capsys):
+def test_int8_scale_off_by_1e_6_passes():
     passes(grading.check_int8_quantize, int8_scale_pushed(1e-6), int8_right_dequantize)
 
 
 def int8_dequant_shifted(steps):
-    """Dequantise to q * scale + steps * scale on float16/bfloat16 outputs (the dequantisation tolerance is 1e-3 scale)."""
+    """Dequantise to q * scale + steps * scale on float16/bfloat16 outputs (the tolerance: 1e-3 scale)."""
 
     def dequantize(q, scale, dtype=torch.float32):
         x = q.float() * scale.float()
@@ -149,7 +149,7 @@ def test_int8_dequantisation_off_by_a_twentieth_of_a_step_fails():
     fails(grading.check_int8_quantize, int8_right_quantize, int8_dequant_shifted(5e-2), words=("q * scale",))
 
 
-def test_int8_dequantisation_off_by_a_ten_thousandth_of_a_step_passes(capsys):
+def test_int8_dequantisation_off_by_a_ten_thousandth_of_a_step_passes():
     passes(grading.check_int8_quantize, int8_right_quantize, int8_dequant_shifted(1e-4))
 
 
@@ -168,11 +168,11 @@ def test_int8_round_trip_off_by_5e_6_relative_fails():
     fails(grading.check_int8_quantize, int8_right_quantize, int8_dequant_scaled(5e-6), words=("round trip",))
 
 
-def test_int8_round_trip_off_by_5e_8_relative_passes(capsys):
+def test_int8_round_trip_off_by_5e_8_relative_passes():
     passes(grading.check_int8_quantize, int8_right_quantize, int8_dequant_scaled(5e-8))
 
 
-def test_the_pushed_answers_are_the_library_when_not_pushed(capsys):
+def test_the_pushed_answers_are_the_library_when_not_pushed():
     """The pushes are the only difference: unpushed, each answer passes (so a failure above is the push's)."""
     passes(grading.check_cached_decode, decode_pushed(0.0))
     passes(grading.check_h2o_keep, h2o_pushed(0.0))

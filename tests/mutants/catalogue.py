@@ -226,7 +226,8 @@ MUTANTS = [
       "    _raises_for(cls, 0)\n", "",
       "the LRU check no longer tries max_size=0", PROBES),
     M("probe-lru-two-instances", "swkv_teach/grading/lru.py",
-      '    a = _Script(cls, 2, "two instances side by side")\n    b = _Script(cls, 2, "two instances side by side (the second)")\n',
+      '    a = _Script(cls, 2, "two instances side by side")\n'
+      '    b = _Script(cls, 2, "two instances side by side (the second)")\n',
       f"    a = {NO_SCRIPT}\n    b = {NO_SCRIPT}\n", "the LRU check skips two instances side by side", LRU_CATALOGUE),
     lru_scenario('3, "eviction", state=False', "eviction"),
     lru_scenario('1, "the smallest cache", state=False', "smallest"),
