@@ -49,8 +49,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from swkv_teach._validate import check_nonnegative_int, check_positive_int
-from swkv_teach.attention import cached_attention
+from swkv_teach.attention import cached_attention, paged_attention
 from swkv_teach.caches import CACHE_KINDS, KVCache, make_cache
+from swkv_teach.caches.paged import write_to_blocks
 from swkv_teach.caches._state import load_many, sum_stats
 from swkv_teach.masks import window_mask
 
@@ -231,8 +232,14 @@ class Attention(nn.Module):
         y = weights @ v  # (B, nh, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, nh * hd)), weights
 
-    def attend_unmasked(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attend_unmasked(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """One query ``(B, nh, 1, hd)`` over keys/values ``(B, nkv, n, hd)`` it may all see -> ``(B, 1, dim)``.
+
+        ``bias``: an additive mask (0 or ``-inf``) broadcastable to ``(B, nkv, group, n)``, made by
+        the cache, not from positions: a paged cache's pool also holds slots the query must not see
+        (:meth:`~swkv_teach.caches.PagedKVCache.update_in_place`).
 
         The caller vouches that every key is visible (:func:`needs_no_mask`), so
         there is no mask to build. GQA without a copy: the ``group`` query heads
@@ -243,7 +250,7 @@ class Attention(nn.Module):
         """
         B, nh, _, hd = q.shape
         nkv = k.shape[1]
-        y = F.scaled_dot_product_attention(q.reshape(B, nkv, nh // nkv, hd), k, v)  # (B, nkv, group, hd)
+        y = F.scaled_dot_product_attention(q.reshape(B, nkv, nh // nkv, hd), k, v, attn_mask=bias)  # (B, nkv, group, hd)
         return self.o_proj(y.reshape(B, 1, nh * hd))
 
 
@@ -322,6 +329,10 @@ class Block(nn.Module):
         q, k, v = self.attn.qkv(self.attn_norm(x), positions, rope)
         if cache is None:
             y = self.attn.attend(q, k, v, positions, positions, num_sinks, W)
+        elif x.shape[1] == 1 and getattr(cache, "reads_in_place", False) and cache.window_size <= W and not num_sinks:
+            # a paged cache: one query reads the pool where it lies, slots outside its window masked by a bias
+            # the cache keeps (PagedKVCache.update_in_place); nothing gathered, no mask built from positions
+            y = self.attn.attend_unmasked(q, *cache.update_in_place(k, v))
         else:
             k, v = cache.update(k, v)  # keys cached after RoPE
             if getattr(cache, "wants_attention", False):  # H2O, TOVA: they evict by these probabilities
@@ -332,6 +343,25 @@ class Block(nn.Module):
             else:
                 y = self.attn.attend(q, k, v, positions, cache.positions, num_sinks, W)
         x = x + y
+        return x + self.mlp(self.mlp_norm(x))
+
+
+    def forward_paged(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], k_cache: torch.Tensor,
+        v_cache: torch.Tensor, slots: torch.Tensor, cache_seqlens: torch.Tensor, block_table: torch.Tensor,
+        window_size: int,
+    ) -> torch.Tensor:
+        """:meth:`forward` for a batch of sequences at their own positions, keys in a shared block pool.
+
+        The new keys and values go into ``slots`` of ``k_cache``/``v_cache`` (``(num_blocks,
+        block_size, n_kv_heads, head_dim)``), then every row attends through its ``block_table``
+        row with :func:`~swkv_teach.attention.paged_attention` (see :meth:`Decoder.step_paged`).
+        """
+        B, T, _ = x.shape
+        q, k, v = self.attn.qkv(self.attn_norm(x), None, rope)  # q (B, nh, T, hd); k, v (B, nkv, T, hd)
+        write_to_blocks(k_cache, v_cache, slots, k, v)
+        y = paged_attention(q.transpose(1, 2), k_cache, v_cache, cache_seqlens, block_table, window_size)
+        x = x + self.attn.o_proj(y.reshape(B, T, -1))  # y (B, T, nh, hd)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -472,6 +502,57 @@ class Decoder(nn.Module):
         rope = rotary(positions, self.config.head_dim, self.config.rope_theta, x.dtype)  # once, for every layer
         for layer, cache in zip(self.layers, caches):
             x = layer(x, positions, cache, S, W, rope)
+        return self.lm_head(self.norm(x))  # (B, c, vocab)
+
+    @torch.no_grad()
+    def step_paged(
+        self,
+        input_ids: torch.Tensor,
+        start: torch.Tensor,
+        kv: list[tuple[torch.Tensor, torch.Tensor]],
+        block_table: torch.Tensor,
+        window_size: int | None = None,
+    ) -> torch.Tensor:
+        """One forward over ``B`` sequences, each at its own position, their keys in blocks of one pool.
+
+        The batched step of continuous batching (:mod:`swkv_teach.serving`): row ``b``'s ``c``
+        new tokens sit at positions ``start[b] .. start[b] + c - 1`` (their RoPE angles per row),
+        their keys and values are written into the pool through ``block_table``, and every query
+        attends with :func:`~swkv_teach.attention.paged_attention` (``cache_seqlens = start + c``).
+
+        Args:
+            input_ids: ``(B, c)`` long, the new tokens of each row (``c = 1`` when decoding).
+            start: ``(B,)`` integers, tokens each row has already written (its next position).
+            kv: one ``(k_cache, v_cache)`` per layer, each ``(num_blocks, block_size, n_kv_heads,
+                head_dim)`` in the model's dtype; the new tokens are written into them.
+            block_table: ``(B, max_blocks)`` integers: row ``b``'s logical block ``i`` lives in pool
+                block ``block_table[b, i]``; the blocks of the new positions must be valid, blocks
+                outside every window may be -1.
+            window_size: ``W`` (default the config's).
+        Returns:
+            logits ``(B, c, vocab)``.
+        """
+        self._check_ids("input_ids", input_ids)
+        if len(kv) != len(self.layers):
+            raise ValueError(f"kv must hold one (k_cache, v_cache) per layer ({len(self.layers)}); got {len(kv)}")
+        W = self.config.window_size if window_size is None else check_positive_int("window_size", window_size)
+        B, c = input_ids.shape
+        device = input_ids.device
+        start = torch.as_tensor(start, device=device).long()
+        if start.shape != (B,) or bool((start < 0).any()):
+            raise ValueError(f"start must be (batch,) = ({B},) non-negative positions; got {start.tolist()}")
+        table = torch.as_tensor(block_table, device=device).long()
+        positions = start[:, None] + torch.arange(c, device=device)  # (B, c) absolute, per row
+        block_size = kv[0][0].shape[1]
+        slots = table.gather(1, positions // block_size) * block_size + positions % block_size  # (B, c)
+        if bool((table.gather(1, positions // block_size) < 0).any()):
+            raise ValueError("block_table must give a block for every new token's position; got -1 there")
+        x = self.embed(input_ids)  # (B, c, dim)
+        cos, sin = rotary(positions.flatten(), self.config.head_dim, self.config.rope_theta, x.dtype)  # (B*c, hd)
+        rope = (cos.view(B, 1, c, -1), sin.view(B, 1, c, -1))  # per-row angles, broadcast over heads
+        seqlens = start + c
+        for layer, (k_cache, v_cache) in zip(self.layers, kv):
+            x = layer.forward_paged(x, rope, k_cache, v_cache, slots, seqlens, table, W)
         return self.lm_head(self.norm(x))  # (B, c, vocab)
 
     @torch.no_grad()

@@ -14,7 +14,11 @@ For each window ``W``, in one process, once the window is full:
 * decode tokens/s of :class:`~swkv_teach.model.Decoder` (ring and naive caches)
   against ``MistralForCausalLM`` with its own cache, same tiny random weights;
   on CUDA also a run of ``10·W`` more steps each (not with ``--quick``),
-  ``torch.cuda.memory_allocated`` read after every step (flat or not).
+  ``torch.cuda.memory_allocated`` read after every step (flat or not);
+* decode tokens/s of the Decoder with the ring, paged and int8 caches at W = 64 and 1024
+  (:func:`~swkv_teach.bench.decode.cache_decode_rows`, one thread, no transformers needed);
+* serving throughput: one queue of requests one by one and with continuous batching at
+  1, 2, 4, 8, 16 concurrent requests (:mod:`swkv_teach.bench.serving`).
 
 Medians with min–max over ``--repeats``; ratios are to the ring buffer
 (updates) or to Hugging Face and to the naive cache (decode). How each figure
@@ -38,6 +42,9 @@ judged in every run.
 * ``decode``: a row per (window, impl) with ``tokens_per_s`` and ``us_per_token`` {median, min, max,
   samples}, ``ratio_to_hf``, ``ratio_to_naive``, ``same_tokens`` (greedy tokens equal Hugging Face's)
   and, on CUDA, ``memory`` {steps, tokens_per_s, allocated {first, last, min, max}, flat, same_tokens};
+* ``cache_decode``: a row per (window, cache) with ``tokens_per_s``, ``ratio_to_ring``, ``same_tokens_as_ring``;
+* ``serving``: ``one_by_one``, ``rows`` per concurrency (``tokens_per_s``, ``ratio_to_one_by_one``, ``steps``,
+  ``same_as_solo``, ``peak_used_blocks``), ``trace`` (per step: blocks used, running, waiting), ``config``;
 * ``targets``: per target, ``value``, ``target``, ``met`` (None when not measured or not judged),
   ``scope`` ("default": judged only in a full run on the default windows; "any"), ``judged``, ``what``;
 * ``notes``: what was skipped and why.
@@ -121,6 +128,7 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
     if hf and (missing := _hf_missing()):
         notes.append(missing)
         hf = False
+    wants_decode = decode  # the per-cache decode and serving rows need no transformers
     if decode and (why := decode_mod.unavailable()):
         notes.append(f"decode comparison skipped: {why}")
         decode = False
@@ -176,6 +184,14 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
         bar.close()
     # the speed targets were set for a full run on the default windows; elsewhere they are reported, not judged
     judged = not quick and sorted(windows) == sorted(FULL["windows"])
+    # issue 21: ring, paged and int8 decode on their own model (W = 64 and 1024, one thread); serving throughput
+    cache_decode = serving = None
+    if wants_decode:
+        cache_decode = decode_mod.cache_decode_rows(
+            **(dict(windows=(8, 32), new_tokens=16, repeats=2) if quick else {}), device=dev)
+        from swkv_teach.bench.serving import serving_throughput
+
+        serving = serving_throughput(**(dict(concurrency=(1, 4), repeats=1, count=4) if quick else {}))
     return {
         "env": environment(dev),
         "config": {"windows": windows, "batch": batch, "heads": heads, "head_dim": head_dim, "dtype": dtype,
@@ -185,7 +201,9 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
         "updates": updates,
         "attention": attention,
         "decode": decode_rows,
-        "targets": targets(updates, decode_rows, judged),
+        "targets": targets(updates, decode_rows, judged, cache_decode),
+        "cache_decode": cache_decode,
+        "serving": serving,
         # HF generate with hf_cache vs HF's own caches (swkv_teach.bench.hf_cache; CPU, fp32, its own shape)
         "hf_cache": hf_cache_mod.section(quick, judged) if hf and decode else None,
         "notes": notes,

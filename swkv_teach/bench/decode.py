@@ -1,4 +1,4 @@
-"""Decode speed: swkv_teach's Decoder against Hugging Face's MistralForCausalLM, same weights.
+"""Decode speed: swkv_teach's Decoder against Hugging Face's MistralForCausalLM, same weights; and per cache kind.
 
 A tiny random ``MistralConfig`` is built here (nothing is downloaded), the
 Decoder copies its weights with ``swkv_teach.hf.from_hf``, and both decode greedily
@@ -13,6 +13,10 @@ reading ``torch.cuda.memory_allocated`` after every step: tokens/s over the run,
 and whether the memory stayed flat (a cache that grew, or a step that kept
 something alive, would show as a rising line). Every implementation writes its
 tokens into one buffer allocated up front, so recording them allocates nothing.
+
+:func:`cache_decode_rows` needs no transformers: the same Decoder decoding with the ring,
+paged and int8 caches, the ratios of issue 21's targets (paged >= 0.85x ring, int8 >= 0.75x
+ring at W = 64 and 1024, one thread).
 """
 
 from __future__ import annotations
@@ -30,6 +34,69 @@ TINY = dict(
     vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
     num_key_value_heads=2, head_dim=16, rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
 )
+
+
+# the decoder of issue 21's decode targets: Mistral-shaped, random weights, built here (no transformers)
+CACHE_DECODE_MODEL = dict(vocab_size=128, dim=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, hidden_dim=256)
+CACHE_DECODE_KINDS = ("ring", "paged", "int8")
+
+
+def cache_decode_rows(
+    windows=(64, 1024), kinds=CACHE_DECODE_KINDS, new_tokens: int = 128, repeats: int = 9,
+    device: torch.device | str = "cpu", threads: int | None = 1,
+) -> list[dict]:
+    """Greedy decode tokens/s of the :class:`~swkv_teach.model.Decoder` with each cache kind, same weights.
+
+    For each window ``W``: a random decoder shaped by :data:`CACHE_DECODE_MODEL` (window ``W``),
+    a prompt of ``W`` tokens (so every timed step runs with a full window), then ``new_tokens``
+    greedy steps, timed. Repeat ``r`` of every kind runs in turn (fresh caches each time, the
+    prompt untimed), so load from elsewhere falls on all of them alike. Each row:
+    ``window``, ``cache``, ``tokens_per_s`` {median, min, max, samples}, ``ratio_to_ring``
+    (median / the ring's median), ``same_tokens_as_ring`` (greedy tokens equal to the ring's;
+    int8 is lossy, so a flip there is information, not a failure), ``threads``.
+    ``threads``: torch's intra-op threads during the run (restored after; None leaves them).
+    """
+    from swkv_teach.model import Decoder, DecoderConfig  # the bench sits above the model
+
+    dev = torch.device(device)
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    rows = []
+    try:
+        for W in windows:
+            torch.manual_seed(0)
+            model = Decoder(DecoderConfig(**CACHE_DECODE_MODEL, window_size=W)).to(dev).eval()
+            prompt = torch.randint(0, CACHE_DECODE_MODEL["vocab_size"], (1, W),
+                                   generator=torch.Generator().manual_seed(W)).to(dev)
+            samples = {kind: [] for kind in kinds}
+            tokens = {}
+            with torch.inference_mode():
+                for _ in range(repeats + 1):  # the first round warms up and is not counted
+                    for kind in kinds:
+                        caches = model.new_caches(kind)
+                        rec = _Recorder(model.step(prompt, caches)[:, -1:].argmax(-1), new_tokens)
+                        synchronize(dev)
+                        start = time.perf_counter()
+                        for _ in range(new_tokens):
+                            rec.record(model.step(rec.next, caches))
+                        synchronize(dev)
+                        samples[kind].append(new_tokens / (time.perf_counter() - start))
+                        tokens[kind] = rec.produced()
+            for kind in kinds:
+                tps = Summary.of(samples[kind][1:])
+                rows.append({"window": W, "cache": kind, "tokens_per_s": tps.as_dict(), "new_tokens": new_tokens,
+                             "threads": torch.get_num_threads(),
+                             "same_tokens_as_ring": bool(torch.equal(tokens[kind], tokens["ring"]))
+                             if "ring" in tokens else None})
+            ring = next((r for r in rows if r["window"] == W and r["cache"] == "ring"), None)
+            for r in rows:
+                if r["window"] == W:
+                    r["ratio_to_ring"] = None if ring is None else (
+                        r["tokens_per_s"]["median"] / ring["tokens_per_s"]["median"])
+    finally:
+        torch.set_num_threads(previous)
+    return rows
 
 
 def unavailable() -> str | None:

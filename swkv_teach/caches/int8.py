@@ -54,10 +54,12 @@ def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """
     if not x.is_floating_point():
         raise TypeError(f"x must be a floating-point tensor to quantise; got dtype {x.dtype}")
-    work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    scale = (x.to(torch.float32).abs().amax(dim=-1, keepdim=True) / QMAX)  # (..., 1) float32: what is stored
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale)).to(work)  # a zero row divides by 1, stays 0
-    q = torch.round(x.to(work) / safe).clamp_(-QMAX, QMAX).to(torch.int8)
+    x32 = x if x.dtype is torch.float32 else x.to(torch.float32)
+    scale = torch.linalg.vector_norm(x32, float("inf"), dim=-1, keepdim=True) / QMAX  # (..., 1) absmax / 127, stored
+    xw, sw = (x, scale.double()) if x.dtype == torch.float64 else (x32, scale)
+    # a zero row divides 0 by 0 (nan) and becomes 0, as does ±inf from a scale that underflowed to 0;
+    # the clamp matters only for subnormal scales, whose rounding can push |x / scale| past 127.5
+    q = torch.div(xw, sw).nan_to_num_(0.0, 0.0, 0.0).round_().clamp_(-QMAX, QMAX).to(torch.int8)
     return q, scale
 
 
@@ -84,19 +86,41 @@ class Int8RingBufferKVCache(KVCache):
         self._scales = RingBufferKVCache(window_size)  # float32 scales (B, H, W, 1)
         self.reset()
 
+    # a one-token update returns the ring's filled slots: every key inside the window (base.py)
+    one_token_in_window = True
+
     def update(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Quantise and store ``(batch, heads, tokens, head_dim)`` keys/values; return ``(k, v)`` dequantised."""
-        check_kv(k_new, v_new, self._like)
-        if not k_new.is_floating_point():
-            raise TypeError(f"k_new must be floating point to quantise to int8; got dtype {k_new.dtype}")
-        qk, sk = quantize_int8(k_new.detach())
-        qv, sv = quantize_int8(v_new.detach())
-        if self._like is None:
-            B, H, _, D = k_new.shape
-            self._like = torch.empty(B, H, 1, D, dtype=k_new.dtype, device=k_new.device)  # layout, for check_kv
-        rk, rv = self._data.update(qk, qv)
-        rsk, rsv = self._scales.update(sk, sv)
+        """Quantise and store ``(batch, heads, tokens, head_dim)`` keys/values; return ``(k, v)`` dequantised.
+
+        Keys and values are quantised together (one pass over ``cat((k_new, v_new))``: the scales
+        are per row, so stacking changes nothing), and what attention reads is dequantised once:
+        ``int8 * float32 scale`` in one multiply each for keys and values, the int8 read in
+        place from the ring's buffers. After the first update a one-token step skips the checks
+        when shape, dtype and device match what the cache holds (as the ring does).
+        """
+        like = self._like
+        if not (
+            like is not None
+            and type(k_new) is torch.Tensor
+            and type(v_new) is torch.Tensor
+            and k_new.shape == v_new.shape == like.shape  # _like is shaped like one token: (B, H, 1, D)
+            and k_new.dtype is v_new.dtype is like.dtype
+            and k_new.device == like.device
+            and v_new.device == like.device
+        ):
+            check_kv(k_new, v_new, like)
+            if not k_new.is_floating_point():
+                raise TypeError(f"k_new must be floating point to quantise to int8; got dtype {k_new.dtype}")
+            if like is None:
+                B, H, _, D = k_new.shape
+                self._like = torch.empty(B, H, 1, D, dtype=k_new.dtype, device=k_new.device)  # layout, for check_kv
+        x = torch.cat((k_new, v_new))  # (2B, H, T, D): keys then values, quantised in one pass
+        q, scale = quantize_int8(x.detach() if x.requires_grad else x)  # int8 (2B, H, T, D), float32 (2B, H, T, 1)
+        rk, rv = self._data.update(*q.chunk(2))
+        rsk, rsv = self._scales.update(*scale.chunk(2))
         dtype = self._like.dtype
+        if dtype is torch.float32:  # int8 * float32 promotes to float32: dequantize_int8's result, one op
+            return rk * rsk, rv * rsv
         return dequantize_int8(rk, rsk, dtype), dequantize_int8(rv, rsv, dtype)
 
     @property

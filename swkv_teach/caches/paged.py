@@ -172,6 +172,22 @@ class BlockPool:
         shape = (self.num_blocks, self.block_size, H, D)
         self.k = torch.zeros(shape, dtype=k_new.dtype, device=k_new.device)
         self.v = torch.zeros_like(self.k)
+        self._views = None
+
+    def views(self) -> tuple:
+        """Views of the storage made once per allocation, for :meth:`PagedKVCache.update_in_place`.
+
+        ``(k_slots, v_slots, k_all, v_all)``: one ``(1, heads, 1, head_dim)`` view per flat slot
+        ``block * block_size + offset`` (a write is then one ``copy_``), and the whole pool as
+        ``(1, heads, num_blocks * block_size, head_dim)`` (a strided view, no copy), the layout
+        ``scaled_dot_product_attention`` reads.
+        """
+        if getattr(self, "_views", None) is None:
+            N, H, D = self.num_blocks * self.block_size, self.k.shape[2], self.k.shape[3]
+            flat_k, flat_v = self.k.view(N, H, D), self.v.view(N, H, D)
+            self._views = (flat_k.view(N, 1, H, 1, D).unbind(0), flat_v.view(N, 1, H, 1, D).unbind(0),
+                           flat_k.permute(1, 0, 2).unsqueeze(0), flat_v.permute(1, 0, 2).unsqueeze(0))
+        return self._views
 
     @property
     def bytes_per_block(self) -> int:
@@ -202,6 +218,10 @@ class PagedKVCache(KVCache):
     does for chunks; :attr:`positions` lists their positions. ``reset()``
     returns every block; a cache dropped without ``reset()`` keeps its blocks.
     """
+
+    # one-token updates may go through update_in_place: attention then reads the pool where it lies
+    # (swkv_teach.model.Block); tests/test_decode_paths.py holds it to update() and to the ring
+    reads_in_place = True
 
     def __init__(self, pool: BlockPool, window_size: int):
         if not isinstance(pool, BlockPool):
@@ -276,6 +296,7 @@ class PagedKVCache(KVCache):
                 "reset() a finished sequence or build a larger pool."
             )
 
+        self._bias = None  # update_in_place's mask is rebuilt after any other update
         self.pool.allocate_like(k_new)
         if c == 1:  # decoding: nothing this step returns is a token the first query needs (see below)
             self._move(n_free, n_take, new_first)
@@ -301,6 +322,71 @@ class PagedKVCache(KVCache):
         self._layout = (k_new.shape[1], k_new.shape[3], k_new.dtype, k_new.device)
         self._positions = torch.arange(max(0, n - (W - 1)), n + c, device=k_new.device)
         return torch.cat([k_old, k_new], dim=2), torch.cat([v_old, v_new], dim=2)
+
+    def update_in_place(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """:meth:`update` for one token, returning the pool itself for attention to read in place.
+
+        Returns ``(k, v, bias)``: the whole pool's keys and values as
+        ``(1, heads, num_blocks * block_size, head_dim)`` views (nothing copied) and ``bias``
+        ``(1, 1, 1, num_blocks * block_size)`` in the keys' dtype: 0 at the slots of this
+        sequence's last ``W`` tokens, ``-inf`` everywhere else (tokens that left the window,
+        other sequences' blocks, free blocks). ``softmax(q kᵀ/√d + bias) v`` over the pool is
+        attention over the window: what a paged kernel computes by walking the block table,
+        here by masking. It reads every slot of the pool, so it pays when the pool is this
+        sequence's own (``make_cache("paged")``); on a pool many sequences share, serve them
+        together with :func:`~swkv_teach.attention.paged_attention` (:mod:`swkv_teach.serving`).
+
+        The state changes exactly as with ``update`` (same blocks, same ``positions``). Once
+        the window is running, a step is two ``copy_`` into slot views made once, two entries
+        of ``bias`` flipped (the new token's slot to 0, the slot of the token ``W`` back to
+        ``-inf``), and a block taken or returned every ``block_size`` steps.
+        """
+        n, bias = self._seen, self._bias
+        if not (
+            bias is not None
+            and type(k_new) is torch.Tensor
+            and type(v_new) is torch.Tensor
+            and k_new.shape == v_new.shape == self._one_token
+            and k_new.dtype is v_new.dtype is bias.dtype
+            and k_new.device == bias.device
+            and v_new.device == bias.device
+            and not (k_new.requires_grad or v_new.requires_grad)
+        ):
+            self.update(k_new, v_new)  # every check, and the first token after a chunk or a reset
+            return self._in_place(rebuild=True)
+        W, bs = self.window_size, self.pool.block_size
+        lo = max(0, n + 1 - W)  # first position stored after this token
+        new_first = lo // bs
+        n_free = min(len(self._table), new_first - self._first)
+        n_take = int(n // bs > self._first + len(self._table) - 1)
+        if n_take > self.pool.free_blocks + n_free:
+            self.update(k_new, v_new)  # raises PoolExhausted, naming the holdings; nothing changed
+            return self._in_place(rebuild=True)  # not reached: update counts the blocks the same way
+        bias_slots = self._bias_slots
+        if n >= W:  # the token W back leaves the window: mask its slot before its block may be returned
+            old = n - W
+            bias_slots[self._table[old // bs - self._first] * bs + old % bs].fill_(float("-inf"))
+        self._move(n_free, n_take, new_first)
+        slot = self._table[-1] * bs + n % bs
+        k_slots, v_slots, _, _ = self.pool.views()
+        k_slots[slot].copy_(k_new)  # no autograd history to drop: the test above refused requires_grad
+        v_slots[slot].copy_(v_new)
+        bias_slots[slot].fill_(0.0)
+        self._seen = n + 1
+        self._positions = torch.arange(lo, n + 1, device=k_new.device)
+        return self._in_place(rebuild=False)
+
+    def _in_place(self, rebuild: bool) -> tuple[torch.Tensor, ...]:
+        if rebuild:  # 0 at the stored window's slots, -inf elsewhere
+            k = self.pool.k
+            H, D = k.shape[2], k.shape[3]
+            self._one_token = torch.Size((1, H, 1, D))
+            self._bias = torch.full((self.pool.num_blocks * self.pool.block_size,), float("-inf"),
+                                    dtype=k.dtype, device=k.device)
+            self._bias[self._slots(self.stored_positions(), self._table, self._first)] = 0.0
+            self._bias_slots = self._bias.unbind(0)  # one view per slot: flipping one is a fill_, no indexing
+        _, _, k_all, v_all = self.pool.views()
+        return k_all, v_all, self._bias.view(1, 1, 1, -1)
 
     def _move(self, n_free: int, n_take: int, new_first: int) -> None:
         """Return the ``n_free`` oldest blocks, then take ``n_take`` new ones (returning first: the pool may be tight)."""
@@ -352,6 +438,8 @@ class PagedKVCache(KVCache):
         self._seen = 0
         self._layout = None
         self._positions = torch.zeros(0, dtype=torch.long)
+        self._bias = None  # update_in_place's additive mask over the pool's slots; None: rebuild it
+        self._one_token = None  # torch.Size of a one-token update, set with _bias
 
     def __len__(self) -> int:
         return min(self._seen, self.window_size)
