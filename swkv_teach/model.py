@@ -35,7 +35,15 @@ mask; tests/test_fast_path.py holds every shortcut to it and to the oracle.
 
 A cache that evicts by attention (``wants_attention``: H2O, TOVA) gets its
 layer's attention probabilities through ``observe``; only such layers pay for
-the explicit softmax (:meth:`Attention.attend_with_weights`).
+the explicit softmax (:meth:`Attention.attend_with_weights`). A cache that sets
+``reads_in_place`` (the paged cache) hands a one-token step its whole pool and a
+mask of its window (``update_in_place``), so attention reads the blocks where
+they lie.
+
+Serving: :meth:`Decoder.step_paged` runs one forward over many sequences, each
+at its own position (per-row RoPE angles), keys written into blocks of one pool
+and read through block tables with :func:`~swkv_teach.attention.paged_attention`;
+:mod:`swkv_teach.serving` schedules requests onto it.
 """
 
 from __future__ import annotations

@@ -41,10 +41,15 @@ so do ours.
 Layout: the pool stores keys and values as ``(num_blocks, block_size, heads,
 head_dim)`` each, so a block is one contiguous slab and the flat view
 ``(num_blocks * block_size, heads, head_dim)`` is addressed by
-``block * block_size + offset``. ``update`` gathers what the new queries attend
-over into a fresh ``(1, heads, n, head_dim)`` tensor (a paged-attention kernel
-would read the blocks in place instead; here the gather keeps the decoder
-unchanged).
+``block * block_size + offset`` (FlashAttention's paged layout, so
+:func:`~swkv_teach.attention.paged_attention` reads it as it is). ``update``
+gathers what the new queries attend over into a fresh ``(1, heads, n, head_dim)``
+tensor, as the interface promises. The decoder's one-token steps call
+:meth:`PagedKVCache.update_in_place` instead: it returns the pool itself, as a
+strided view, with an additive mask that is 0 on this sequence's window, so
+attention reads the blocks where they lie and nothing is copied (a paged kernel
+walks the block table instead of masking). Serving many sequences at once
+through block tables is :mod:`swkv_teach.serving`.
 
 Window convention: :mod:`swkv_teach.masks`.
 """
