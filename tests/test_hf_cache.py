@@ -9,6 +9,8 @@ Runs under whichever transformers is installed; CI runs it under the newest and 
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -20,6 +22,7 @@ from swkv_teach.hf import hf_cache  # noqa: E402
 from swkv_teach.hf_cache import HF_KINDS, WindowLayer, cache_kwarg  # noqa: E402
 
 pytestmark = pytest.mark.hf
+HF_4 = "cache_position" in inspect.signature(DynamicSlidingWindowLayer.get_mask_sizes).parameters
 
 TOL = 1e-4  # fp32 logits, ours vs HF's
 MARGIN = 1e-3  # greedy tokens must agree where HF's top-2 logits are further apart than this
@@ -113,7 +116,10 @@ def test_layer_reports_and_returns_what_hf_sliding_layer_does(kind, window, batc
     sizes = [1, 2, 5, max(window - 1, 1), window + 3]
     for step in range(40):
         q = sizes[int(torch.randint(len(sizes), (1,), generator=g))]
-        assert ours.get_mask_sizes(q) == hf.get_mask_sizes(q), f"step {step}, {q} new tokens, seen {hf.get_seq_length()}"
+        # transformers 4.x asks with the new tokens' cache_position, 5.x with their count
+        ask = torch.arange(hf.get_seq_length(), hf.get_seq_length() + q) if HF_4 else q
+        assert ours.get_mask_sizes(ask) == hf.get_mask_sizes(ask), (
+            f"step {step}, {q} new tokens, seen {hf.get_seq_length()}")
         assert ours.get_seq_length() == hf.get_seq_length()
         k, v = torch.randn(2, batch, 2, q, 4, generator=g)
         got_k, got_v = ours.update(k, v)
@@ -244,7 +250,7 @@ def test_each_sliding_layer_holds_one_window_after_five(kind, feed):
     ``(batch, heads, ., .)`` storage it keeps alive (a view counts its whole storage): the ring exactly W slots,
     int8 W slots of int8 data and fp32 scales. Known extras, pinned so they cannot grow unseen: the naive cache
     keeps W + 1 after a one-token step (its W-token view of the (W+1)-token cat, see SlidingWindowKVCache.nbytes);
-    int8 keeps a one-token fp32 layout template (``_like``). Full layers keep all 5W, as HF's own do."""
+    int8 may keep a one-token fp32 layout template (``_like``), no more. Full layers keep all 5W, as HF's own do."""
     case = ("gemma2", 7, "eager")
     model, W = model_for(case), case[1]
     B, H, D = 2, DIMS["num_key_value_heads"], DIMS["head_dim"]
@@ -267,7 +273,7 @@ def test_each_sliding_layer_holds_one_window_after_five(kind, feed):
             continue
         held = kv_storages(layer, B, H)
         total = sum(nbytes for _, nbytes in held.values())
-        assert total == slots * per_token + extra, (
+        assert slots * per_token <= total <= slots * per_token + extra, (
             f"layer {i} ({kind}, {feed}) keeps {total} bytes in {len(held)} storages "
             f"({[tuple(shape) for shape, _ in held.values()]}): {(total - extra) / per_token:.2f} tokens, "
             f"expected {slots}")
