@@ -12,6 +12,7 @@ PagedAttention) computes, written with batched tensor ops.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +20,10 @@ import torch.nn.functional as F
 from swkv_teach._validate import check_positive_int
 from swkv_teach.masks import allowed, window_mask
 
-__all__ = ["attention", "attention_with_cache", "cached_attention", "paged_attention", "sliding_window_attention"]
+__all__ = [
+    "PagedPlan", "attend_paged", "attention", "attention_with_cache", "cached_attention", "paged_attention",
+    "paged_plan", "sliding_window_attention",
+]
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -177,41 +181,77 @@ def paged_attention(
     window out (and splits long contexts over thread blocks). The result is the same.
     """
     W, scale = _check_paged(q, k_cache, v_cache, block_table, window_size, softmax_scale)
-    seqlens = _check_seqlens(cache_seqlens, q, k_cache, block_table)
-    table = block_table.to(device=q.device, dtype=torch.long)
-    return _paged_attention(q, k_cache, v_cache, seqlens, table, W, scale, check_entries=True)
+    plan = paged_plan(cache_seqlens, block_table, q.shape[1], k_cache.shape[1], k_cache.shape[0], W, q.device)
+    return attend_paged(q, k_cache, v_cache, plan, scale)
 
 
-def _paged_attention(q, k_cache, v_cache, seqlens, table, W, scale, check_entries=False) -> torch.Tensor:
-    """:func:`paged_attention` without the argument checks (``seqlens`` and ``table`` long, on ``q``'s device)."""
-    B, Tq, H, D = q.shape
-    n_blocks, bs, Hk, _ = k_cache.shape
+class PagedPlan(NamedTuple):
+    """Where each row's keys lie and which queries see them: the same for every layer of one forward.
+
+    ``slots`` ``(batch, L)``: flat pool slot (``block * block_size + offset``) of each key a row
+    reads, its last ``L = seqlen_q + W - 1`` positions; ``mask`` ``(batch, 1, seqlen_q, L)`` bool.
+    (mistral-inference likewise computes its cache metadata once per forward and hands it to
+    every layer.)
+    """
+
+    slots: torch.Tensor
+    mask: torch.Tensor
+
+
+def paged_plan(cache_seqlens, block_table: torch.Tensor, seqlen_q: int, block_size: int, num_blocks: int,
+               window_size: int | None = None, device=None) -> PagedPlan:
+    """Check ``cache_seqlens`` and ``block_table`` (as :func:`paged_attention` means them) and plan the reads.
+
+    Every table entry that some query reads must be a block of the pool (``0 .. num_blocks - 1``);
+    the others are never looked at.
+    """
+    if window_size is not None:
+        check_positive_int("window_size", window_size)
+    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
+        got = f"shape {tuple(block_table.shape)}" if isinstance(block_table, torch.Tensor) else type(block_table).__name__
+        raise ValueError(f"block_table must be a 2-D integer tensor (batch, max_blocks_per_seq); got {got}")
+    if block_table.is_floating_point() or block_table.dtype == torch.bool:
+        raise TypeError(f"block_table must hold integer block numbers; got dtype {block_table.dtype}")
+    device = block_table.device if device is None else device
+    table = block_table.to(device=device, dtype=torch.long)
+    seqlens = _check_seqlens(cache_seqlens, table.shape[0], seqlen_q, block_size, table.shape[1], device)
+    W, Tq, bs = window_size, seqlen_q, block_size
     span = table.shape[1] * bs  # positions a row's table can address
     L = span if W is None else min(span, Tq + W - 1)  # keys some query of a row may see: the last L positions
-    j = seqlens[:, None] - L + torch.arange(L, device=q.device)  # (B, L) key positions, negative = none
+    j = seqlens[:, None] - L + torch.arange(L, device=device)  # (B, L) key positions, negative = none
     present = j >= 0
     jc = j.clamp(min=0)
     blocks = table.gather(1, jc // bs)  # (B, L): entries read only where present
-    if check_entries:
-        bad = present & ((blocks < 0) | (blocks >= n_blocks))
-        if bool(bad.any()):
-            b, i = (int(x) for x in torch.nonzero(bad)[0])
-            raise ValueError(
-                f"block_table[{b}, {int(jc[b, i]) // bs}] = {int(blocks[b, i])} is read (it holds key position "
-                f"{int(j[b, i])}, inside row {b}'s windows) but is not a block of the pool (0..{n_blocks - 1})"
-            )
+    bad = present & ((blocks < 0) | (blocks >= num_blocks))
+    if bool(bad.any()):
+        b, i = (int(x) for x in torch.nonzero(bad)[0])
+        raise ValueError(
+            f"block_table[{b}, {int(jc[b, i]) // bs}] = {int(blocks[b, i])} is read (it holds key position "
+            f"{int(j[b, i])}, inside row {b}'s windows) but is not a block of the pool (0..{num_blocks - 1})"
+        )
     # flat pool slots; a position before 0 reads position 0's slot (masked out): when a row's span starts
     # before 0, position 0 is in its first query's window, so that slot holds a real key, never garbage
     slots = blocks * bs + jc % bs  # (B, L)
-    k = k_cache.reshape(n_blocks * bs, Hk, D)[slots]  # (B, L, Hk, D)
-    v = v_cache.reshape(n_blocks * bs, Hk, D)[slots]
-    p = seqlens[:, None] - Tq + torch.arange(Tq, device=q.device)  # (B, Tq) query positions
+    p = seqlens[:, None] - Tq + torch.arange(Tq, device=device)  # (B, Tq) query positions
     pi, jj = p[:, :, None], j[:, None, :]
     see = (jj <= pi) if W is None else allowed(pi, jj, W)
-    mask = (see & present[:, None, :])[:, None]  # (B, 1, Tq, L)
+    return PagedPlan(slots, (see & present[:, None, :])[:, None])  # mask (B, 1, Tq, L)
+
+
+def attend_paged(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: PagedPlan,
+                 softmax_scale: float | None = None) -> torch.Tensor:
+    """The attention half of :func:`paged_attention`, given a :func:`paged_plan` (no checks: the hot path).
+
+    One gather of every row's keys through ``plan.slots`` (the copy a fused kernel avoids),
+    then one masked ``scaled_dot_product_attention`` in float32. Shapes as :func:`paged_attention`.
+    """
+    B, Tq, H, D = q.shape
+    n_blocks, bs, Hk, _ = k_cache.shape
+    k = k_cache.reshape(n_blocks * bs, Hk, D)[plan.slots]  # (B, L, Hk, D)
+    v = v_cache.reshape(n_blocks * bs, Hk, D)[plan.slots]
     out = F.scaled_dot_product_attention(
         q.transpose(1, 2).float(), k.transpose(1, 2).float(), v.transpose(1, 2).float(),
-        attn_mask=mask, scale=scale, enable_gqa=H != Hk,
+        attn_mask=plan.mask, scale=softmax_scale, enable_gqa=H != Hk,
     )  # (B, H, Tq, D) float32
     return out.transpose(1, 2).to(q.dtype)
 
@@ -241,12 +281,7 @@ def _check_paged(q, k_cache, v_cache, block_table, window_size, softmax_scale):
     if not (q.device == k_cache.device == v_cache.device):
         raise TypeError(f"q, k_cache and v_cache must be on one device; got {q.device}, {k_cache.device} and "
                         f"{v_cache.device}")
-    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
-        got = f"shape {tuple(block_table.shape)}" if isinstance(block_table, torch.Tensor) else type(block_table).__name__
-        raise ValueError(f"block_table must be a 2-D integer tensor (batch, max_blocks_per_seq); got {got}")
-    if block_table.is_floating_point() or block_table.dtype == torch.bool:
-        raise TypeError(f"block_table must hold integer block numbers; got dtype {block_table.dtype}")
-    if block_table.shape[0] != q.shape[0]:
+    if isinstance(block_table, torch.Tensor) and block_table.dim() == 2 and block_table.shape[0] != q.shape[0]:
         raise ValueError(f"block_table has {block_table.shape[0]} rows but q has batch={q.shape[0]}")
     if window_size is not None:
         if isinstance(window_size, (tuple, list)):
@@ -260,8 +295,7 @@ def _check_paged(q, k_cache, v_cache, block_table, window_size, softmax_scale):
     return window_size, float(softmax_scale)
 
 
-def _check_seqlens(cache_seqlens, q, k_cache, block_table) -> torch.Tensor:
-    B, Tq = q.shape[:2]
+def _check_seqlens(cache_seqlens, B: int, Tq: int, block_size: int, width: int, device) -> torch.Tensor:
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
         cache_seqlens = torch.full((B,), cache_seqlens)
     if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dim() != 1 or cache_seqlens.shape[0] != B:
@@ -269,14 +303,14 @@ def _check_seqlens(cache_seqlens, q, k_cache, block_table) -> torch.Tensor:
         raise ValueError(f"cache_seqlens must be one int or a (batch,) = ({B},) integer tensor; got {got}")
     if cache_seqlens.is_floating_point() or cache_seqlens.dtype == torch.bool:
         raise TypeError(f"cache_seqlens must hold integer lengths; got dtype {cache_seqlens.dtype}")
-    seqlens = cache_seqlens.to(device=q.device, dtype=torch.long)
-    span = block_table.shape[1] * k_cache.shape[1]
+    seqlens = cache_seqlens.to(device=device, dtype=torch.long)
+    span = width * block_size
     low, high = seqlens < Tq, seqlens > span
     if bool((low | high).any()):
         b = int(torch.nonzero(low | high)[0])
         raise ValueError(
             f"cache_seqlens[{b}] = {int(seqlens[b])}, but each row's length must be at least seqlen_q = {Tq} "
             f"(the new queries' own keys are in the cache) and at most max_blocks_per_seq * block_size = "
-            f"{block_table.shape[1]} * {k_cache.shape[1]} = {span}"
+            f"{width} * {block_size} = {span}"
         )
     return seqlens

@@ -57,7 +57,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from swkv_teach._validate import check_nonnegative_int, check_positive_int
-from swkv_teach.attention import cached_attention, paged_attention
+from swkv_teach.attention import PagedPlan, attend_paged, cached_attention, paged_plan
 from swkv_teach.caches import CACHE_KINDS, KVCache, make_cache
 from swkv_teach.caches.paged import write_to_blocks
 from swkv_teach.caches._state import load_many, sum_stats
@@ -356,19 +356,19 @@ class Block(nn.Module):
 
     def forward_paged(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], k_cache: torch.Tensor,
-        v_cache: torch.Tensor, slots: torch.Tensor, cache_seqlens: torch.Tensor, block_table: torch.Tensor,
-        window_size: int,
+        v_cache: torch.Tensor, slots: torch.Tensor, plan: PagedPlan,
     ) -> torch.Tensor:
         """:meth:`forward` for a batch of sequences at their own positions, keys in a shared block pool.
 
         The new keys and values go into ``slots`` of ``k_cache``/``v_cache`` (``(num_blocks,
-        block_size, n_kv_heads, head_dim)``), then every row attends through its ``block_table``
-        row with :func:`~swkv_teach.attention.paged_attention` (see :meth:`Decoder.step_paged`).
+        block_size, n_kv_heads, head_dim)``), then every row attends through its block table as
+        ``plan`` says (:func:`~swkv_teach.attention.paged_plan`, made once per forward by
+        :meth:`Decoder.step_paged`): :func:`~swkv_teach.attention.paged_attention` in two halves.
         """
         B, T, _ = x.shape
         q, k, v = self.attn.qkv(self.attn_norm(x), None, rope)  # q (B, nh, T, hd); k, v (B, nkv, T, hd)
         write_to_blocks(k_cache, v_cache, slots, k, v)
-        y = paged_attention(q.transpose(1, 2), k_cache, v_cache, cache_seqlens, block_table, window_size)
+        y = attend_paged(q.transpose(1, 2), k_cache, v_cache, plan)
         x = x + self.attn.o_proj(y.reshape(B, T, -1))  # y (B, T, nh, hd)
         return x + self.mlp(self.mlp_norm(x))
 
@@ -526,7 +526,8 @@ class Decoder(nn.Module):
         The batched step of continuous batching (:mod:`swkv_teach.serving`): row ``b``'s ``c``
         new tokens sit at positions ``start[b] .. start[b] + c - 1`` (their RoPE angles per row),
         their keys and values are written into the pool through ``block_table``, and every query
-        attends with :func:`~swkv_teach.attention.paged_attention` (``cache_seqlens = start + c``).
+        attends as :func:`~swkv_teach.attention.paged_attention` does (``cache_seqlens = start + c``),
+        its plan (slots and mask) made once for all layers.
 
         Args:
             input_ids: ``(B, c)`` long, the new tokens of each row (``c = 1`` when decoding).
@@ -558,9 +559,10 @@ class Decoder(nn.Module):
         x = self.embed(input_ids)  # (B, c, dim)
         cos, sin = rotary(positions.flatten(), self.config.head_dim, self.config.rope_theta, x.dtype)  # (B*c, hd)
         rope = (cos.view(B, 1, c, -1), sin.view(B, 1, c, -1))  # per-row angles, broadcast over heads
-        seqlens = start + c
+        # where every row's keys lie and which queries see them: checked and computed once, for every layer
+        plan = paged_plan(start + c, table, c, block_size, kv[0][0].shape[0], W)
         for layer, (k_cache, v_cache) in zip(self.layers, kv):
-            x = layer.forward_paged(x, rope, k_cache, v_cache, slots, seqlens, table, W)
+            x = layer.forward_paged(x, rope, k_cache, v_cache, slots, plan)
         return self.lm_head(self.norm(x))  # (B, c, vocab)
 
     @torch.no_grad()
