@@ -159,3 +159,103 @@ def test_bad_compare_arguments(args, kwargs, error, words):
     with pytest.raises(error) as info:
         compare_policies(*args, **kwargs)
     assert words in str(info.value)
+
+
+# ------------------------------------------------------------------ H2O and TOVA on the full-attention model
+from swkv_teach.caches import H2OKVCache, TOVAKVCache  # noqa: E402
+from swkv_teach.widgets import DEFAULT_TEXT  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def full_model():
+    from swkv_teach.pretrained import load_pretrained
+
+    return load_pretrained(name="full")
+
+
+def real_attention_caches(model, tok, make, text, step):
+    """The library's own caches, one per layer, driven by Decoder.step over text[: step + 1] (the second method)."""
+    caches = [make() for _ in model.layers]
+    for ch in text[: step + 1]:
+        model.step(torch.tensor([tok.encode(ch)]), caches)
+    return caches
+
+
+@pytest.mark.parametrize("policy,budget,recent,step", [
+    ("h2o", 8, 4, 20), ("h2o", 6, 0, 30), ("h2o", 5, 2, 5), ("tova", 8, None, 20), ("tova", 4, None, 31),
+])
+def test_attention_explorer_shows_what_the_real_cache_holds_and_its_scores(full_model, capsys, policy, budget, recent,
+                                                                           step):
+    model, tok = full_model
+    explorer = EvictionExplorer(window_size=budget, steps=32, policy=policy, model=model, tokenizer=tok,
+                                recent=recent)
+    explorer.step_slider.value = step
+    make = (lambda: H2OKVCache(budget, recent)) if policy == "h2o" else (lambda: TOVAKVCache(budget))
+    cache = real_attention_caches(model, tok, make, DEFAULT_TEXT, step)[0]
+    assert explorer.cached_positions == tuple(cache.stored_positions().tolist())
+    expected = dict(zip(cache.stored_positions().tolist(), cache.scores().tolist()))
+    assert explorer.scores.keys() == expected.keys()
+    assert all(explorer.scores[p] == pytest.approx(expected[p], abs=1e-6) for p in expected)
+
+
+def test_the_token_marked_next_out_is_the_one_the_next_step_evicts(full_model, capsys):
+    model, tok = full_model
+    explorer = EvictionExplorer(window_size=6, steps=40, policy="h2o", model=model, tokenizer=tok)
+    checked = 0
+    for step in range(6, 39):  # full from step 5 on: every later step evicts exactly one token
+        now, after = explorer.trace[step], explorer.trace[step + 1]
+        assert after.evicted == (now.next_out,), f"step {step}: marked {now.next_out}, evicted {after.evicted}"
+        assert now.protected == tuple(range(step + 2 - 3, step + 1))  # recent 3 = the new token + the 2 newest held
+        checked += 1
+    assert checked == 33
+
+
+def test_tova_scores_are_the_newest_querys_attention_so_they_sum_to_one(full_model, capsys):
+    """The full model's window covers the whole stream, so the newest query's weights over the stored keys sum to 1."""
+    model, tok = full_model
+    explorer = EvictionExplorer(window_size=8, steps=32, policy="tova", model=model, tokenizer=tok)
+    for step in (0, 7, 8, 31):
+        explorer.step_slider.value = step
+        assert sum(explorer.scores.values()) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_h2o_with_every_slot_recent_is_the_window_beside_it(full_model, capsys):
+    model, tok = full_model
+    explorer = EvictionExplorer(window_size=6, steps=24, policy="h2o", model=model, tokenizer=tok, recent=2)
+    explorer.recent_slider.value = 6  # recent = budget: nothing left for heavy hitters
+    assert explorer.recent == 6
+    for step in (5, 6, 23):
+        explorer.step_slider.value = step
+        assert explorer.cached_positions == explorer.window_trace[step].cached == held_by_real_cache("ring", 6, step)
+
+
+def test_attention_explorer_controls_redraw_once_and_switch_policies(full_model, capsys):
+    model, tok = full_model
+    explorer = EvictionExplorer(window_size=8, steps=24, policy="h2o", model=model, tokenizer=tok)
+    assert {"h2o", "tova"} <= set(explorer.policy_dropdown.options)
+    assert explorer.recent_slider.layout.display != "none"
+    for control, value in ((explorer.step_slider, 20), (explorer.policy_dropdown, "tova"),
+                           (explorer.window_slider, 6), (explorer.policy_dropdown, "ring")):
+        png, redraws = explorer.last_png, explorer.redraws
+        control.value = value
+        assert explorer.redraws == redraws + 1 and explorer.last_png != png, control.description
+    assert explorer.scores == {} and explorer.cached_positions == held_by_real_cache("ring", 6, 20)
+    assert explorer.recent_slider.layout.display == "none"
+
+
+def test_without_a_model_h2o_is_not_offered_and_asking_for_it_says_what_to_pass(explorer):
+    assert "h2o" not in explorer.policy_dropdown.options
+    with pytest.raises(ValueError, match=r"pass model= and tokenizer=.*load_pretrained\(name='full'\)"):
+        EvictionExplorer(policy="h2o")
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(text="short"), "text must be a str of at least steps=24 characters; got 5"),
+    (dict(recent=9), "recent must be an int in [0, window_size=8]"),
+    (dict(layer=3), "layer must be an int in [0, 2]"),
+])
+def test_bad_attention_explorer_arguments(full_model, kwargs, words):
+    model, tok = full_model
+    with pytest.raises(ValueError) as info:
+        EvictionExplorer(window_size=8, policy="h2o", model=model, tokenizer=tok, **kwargs)
+    assert words in str(info.value)
