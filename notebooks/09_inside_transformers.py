@@ -140,8 +140,8 @@ print("seen:", layer.get_seq_length(), "| stored:", len(layer.cache))
 # (every layer slides); Gemma 2 alternates sliding and full layers; Gemma 3 has five sliding layers to one full by
 # default (`sliding_window_pattern`, here 3 to keep the model small). Full layers get transformers' own
 # `DynamicLayer`. We compare greedy `generate` over W + 4W new tokens, logits at every step, against the
-# default cache. (transformers renamed `past_key_values` to `cache` after 5.15; `cache_kwarg(model)` gives the
-# name your version takes.)
+# default cache. (transformers 5.24 takes the cache as `cache=` and warns on the old `past_key_values=`, the only
+# name 5.15.0 knows; `cache_kwarg(model)` gives the name your version takes.)
 
 # %%
 DIMS = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,

@@ -343,3 +343,24 @@ def test_refuses_beam_search():
     ids = torch.randint(0, DIMS["vocab_size"], (1, 4), generator=torch.Generator().manual_seed(4))
     with pytest.raises(NotImplementedError, match="beam search"):
         model.generate(ids, num_beams=2, max_new_tokens=3, do_sample=False, **{cache_kwarg(model): hf_cache(model)})
+
+
+# ------------------------------------------------------------------------------------- bench rows
+def test_bench_section_reports_every_implementation_and_judges_only_what_holds_anywhere():
+    """The bench's HF rows (quick sizes): one row per implementation, ring and naive greedy tokens equal to
+    DynamicCache's, the ring's sliding layers holding W slots (2·B·H·W·D·4 bytes) plus its W-entry slot index
+    (int64), and speed targets reported but not judged outside a full run."""
+    from swkv_teach.bench.hf_cache import IMPLS, QUICK, SHAPE, section
+
+    result = section(quick=True, judged=False)
+    rows = {r["impl"]: r for r in result["rows"]}
+    assert sorted(rows) == sorted(IMPLS)
+    assert rows["ring"]["same_tokens_as_dynamic"] and rows["naive"]["same_tokens_as_dynamic"]
+    W = QUICK["window"]
+    kv = 2 * 1 * SHAPE["num_key_value_heads"] * W * SHAPE["head_dim"] * 4
+    assert rows["ring"]["sliding_bytes_held"] == [kv + 8 * W] * SHAPE["num_hidden_layers"], (
+        f"expected W slots of keys and values ({kv} B) + the slot index ({8 * W} B) per sliding layer; "
+        f"got {rows['ring']['sliding_bytes_held']}")
+    t = result["targets"]
+    assert t["hf_same_tokens"]["met"] is True
+    assert t["hf_ring_vs_dynamic"]["met"] is None and t["hf_ring_vs_static"]["met"] is None
