@@ -34,7 +34,12 @@ out); every layer has its own ``(num_blocks, block_size, n_kv_heads, head_dim)``
 values, indexed by the same numbers (as vLLM's layers share one block table). A request is
 admitted only when the pool can promise its peak (:meth:`Scheduler.blocks_needed`), so a
 running request never waits for a block and nothing is preempted; a request whose peak
-exceeds the whole pool is refused when submitted.
+exceeds the whole pool is refused when submitted. The price is room promised but not yet
+used (``reserved_blocks`` against ``used_blocks`` in the trace). vLLM takes blocks as they
+are needed instead and, when ``allocate_slots`` finds none for a running request, preempts
+the newest running one (``preempted_req = self.running.pop()``, first come first served),
+frees its blocks and sets its ``num_computed_tokens = 0``, so it is recomputed later
+(``Scheduler.schedule``, ``vllm/v1/core/sched/scheduler.py``).
 
 Window convention: :mod:`swkv_teach.masks`.
 """
