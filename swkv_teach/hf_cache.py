@@ -105,7 +105,7 @@ class WindowLayer(CacheLayerMixin):
     def get_max_length(self) -> int:
         return self.sliding_window
 
-    def get_max_cache_shape(self) -> int:  # transformers 5.15's name for get_max_length
+    def get_max_cache_shape(self) -> int:  # its name in transformers 4.x (abstract there; deprecated by 5.15)
         return self.sliding_window
 
     def reset(self) -> None:
