@@ -51,12 +51,15 @@ print("transformers", transformers.__version__, "| torch", torch.__version__)
 # `CacheLayerMixin` (`cache_utils.py` line 23 in transformers 5.24, line 27 in 5.15.0, Colab's) and the model calls
 # four of its methods:
 #
-# | method | who calls it | what it must return |
+# | method | called by | returns |
 # |---|---|---|
-# | `update(k, v)` | every attention layer, every forward | the keys/values the new queries attend over, `(batch, kv_heads, n, head_dim)` |
-# | `get_seq_length()` | the model, before the layers | tokens **seen**: the new tokens' positions (RoPE) start there |
-# | `get_mask_sizes(q)` | `masking_utils`, **before** `update` | `(kv_length, kv_offset)`: the keys `update` will return hold positions `kv_offset … kv_offset + kv_length - 1` |
-# | `is_sliding` (class flag) | `masking_utils` | which mask the layer gets; the sliding mask is sized from the **first** sliding layer |
+# | `update(k, v)` | each attention layer, every forward | the keys/values the new queries attend over |
+# | `get_seq_length()` | the model, before its layers | tokens **seen**: the new tokens' positions start there |
+# | `get_mask_sizes(q)` | `masking_utils`, **before** `update` | `(kv_length, kv_offset)`: which positions the keys hold |
+# | `is_sliding` (a flag) | `masking_utils` | which mask; the sliding one is sized from the first sliding layer |
+#
+# `update` takes and returns `(batch, kv_heads, tokens, head_dim)`; the keys it returns hold positions
+# `kv_offset, kv_offset + 1, …, kv_offset + kv_length - 1`.
 #
 # The mask itself is built from positions alone: `sliding_window_overlay` (`masking_utils.py` line 90 in 5.24, 92 in
 # 5.15.0) is `kv_idx > q_idx - sliding_window`, and `_preprocess_mask_arguments` asks the cache for

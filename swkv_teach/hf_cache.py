@@ -152,7 +152,8 @@ class WindowCache(Cache):
     def check_call(self, batch: int, attention_mask: torch.Tensor | None) -> None:
         """Refuse a forward this cache cannot serve, before any layer changes (called by the model's hook)."""
         # min, not all(): one reduction is the cheapest test (~4 µs), and this runs every step
-        if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.numel() and not attention_mask.min():
+        mask = attention_mask
+        if mask is not None and mask.dim() == 2 and mask.numel() and not mask.min():
             raise ValueError(
                 "attention_mask has zeros (a padded batch): hf_cache serves unpadded batches only, since a ring "
                 "returns one-token keys in slot order and HF's padding mask is in position order. Pass sequences "

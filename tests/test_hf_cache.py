@@ -327,7 +327,8 @@ def test_refuses_padding_and_leaves_the_cache_as_it_was(after):
         model(input_ids=ids[:, after: after + 3], attention_mask=mask, **{cache_kwarg(model): cache})
     assert [(layer.get_seq_length(), len(layer.cache)) for layer in cache.layers] == before
     with pytest.raises(ValueError, match="padded batch"):
-        model.generate(ids[:, :4], attention_mask=mask[:, :4], max_new_tokens=2, **{cache_kwarg(model): hf_cache(model)})
+        model.generate(ids[:, :4], attention_mask=mask[:, :4], max_new_tokens=2,
+                       **{cache_kwarg(model): hf_cache(model)})
 
 
 def test_refuses_a_new_batch_size_and_leaves_the_cache_as_it_was():
