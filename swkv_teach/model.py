@@ -553,9 +553,10 @@ class Decoder(nn.Module):
         table = torch.as_tensor(block_table, device=device).long()
         positions = start[:, None] + torch.arange(c, device=device)  # (B, c) absolute, per row
         block_size = kv[0][0].shape[1]
-        slots = table.gather(1, positions // block_size) * block_size + positions % block_size  # (B, c)
-        if bool((table.gather(1, positions // block_size) < 0).any()):
+        blocks = table.gather(1, positions // block_size)  # (B, c): where the new tokens' keys go
+        if bool((blocks < 0).any()):
             raise ValueError("block_table must give a block for every new token's position; got -1 there")
+        slots = blocks * block_size + positions % block_size  # (B, c) flat pool slots
         x = self.embed(input_ids)  # (B, c, dim)
         cos, sin = rotary(positions.flatten(), self.config.head_dim, self.config.rope_theta, x.dtype)  # (B*c, hd)
         rope = (cos.view(B, 1, c, -1), sin.view(B, 1, c, -1))  # per-row angles, broadcast over heads
