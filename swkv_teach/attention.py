@@ -125,7 +125,7 @@ def paged_attention(
     window_size: int | None = None,
     softmax_scale: float | None = None,
 ) -> torch.Tensor:
-    """Attention of a batch of sequences over keys kept in blocks of a shared pool: the reference a paged kernel computes.
+    """Attention of a batch of sequences over keys in blocks of a shared pool: what a paged kernel computes.
 
     Layout and meaning are those of FlashAttention's ``flash_attn_with_kvcache``
     in paged mode (``flash_attn/flash_attn_interface.py``, commit 0251105a,
@@ -208,7 +208,8 @@ def paged_plan(cache_seqlens, block_table: torch.Tensor, seqlen_q: int, block_si
     if window_size is not None:
         check_positive_int("window_size", window_size)
     if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
-        got = f"shape {tuple(block_table.shape)}" if isinstance(block_table, torch.Tensor) else type(block_table).__name__
+        got = (f"shape {tuple(block_table.shape)}" if isinstance(block_table, torch.Tensor)
+               else type(block_table).__name__)
         raise ValueError(f"block_table must be a 2-D integer tensor (batch, max_blocks_per_seq); got {got}")
     if block_table.is_floating_point() or block_table.dtype == torch.bool:
         raise TypeError(f"block_table must hold integer block numbers; got dtype {block_table.dtype}")

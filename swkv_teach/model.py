@@ -258,7 +258,7 @@ class Attention(nn.Module):
         """
         B, nh, _, hd = q.shape
         nkv = k.shape[1]
-        y = F.scaled_dot_product_attention(q.reshape(B, nkv, nh // nkv, hd), k, v, attn_mask=bias)  # (B, nkv, group, hd)
+        y = F.scaled_dot_product_attention(q.reshape(B, nkv, nh // nkv, hd), k, v, attn_mask=bias)  # (B, nkv, g, hd)
         return self.o_proj(y.reshape(B, 1, nh * hd))
 
 

@@ -50,7 +50,9 @@ def environment(device: torch.device) -> dict:
     return env
 
 
-def targets(updates: list[dict], decode: list[dict], judged: bool = True, cache_decode: list[dict] | None = None) -> dict:
+def targets(
+    updates: list[dict], decode: list[dict], judged: bool = True, cache_decode: list[dict] | None = None
+) -> dict:
     """Each target's measured value and whether it holds.
 
     ``met`` is None where its rows were not measured, and for a "default"-scope
@@ -145,7 +147,8 @@ def table(result: dict) -> str:
                              f"{flat:<6}{'yes' if m['same_tokens'] else 'NO'}")
             lines.append("")
     if result.get("cache_decode"):
-        lines.append("decode per cache kind, random Mistral-shaped Decoder (hidden 128, 2 layers, 4/2 heads, head_dim 32),")
+        lines.append("decode per cache kind, random Mistral-shaped Decoder (hidden 128, 2 layers, 4/2 heads, "
+                     "head_dim 32),")
         lines.append("prompt of W tokens then greedy steps, one thread; ×ring = median tokens/s / the ring's")
         lines.append(f"{'W':>5}  {'cache':<10}{'tokens/s':>10}  {'min–max':<19}{'×ring':>7}  same tokens as ring")
         for r in result["cache_decode"]:

@@ -25,12 +25,22 @@ from swkv_teach.bench.measure import Summary
 __all__ = ["default_requests", "serving_throughput"]
 
 SNIPPETS = [
-    "def f(x):\n    return", "import os\nimport sys\n", "class Stack:\n    def __init__(self):\n        self.items = []\n",
-    "for i in range(10):\n    if i % 2:\n", "while True:\n    line = input()\n", "# read the file\nwith open(path) as f:\n",
-    "try:\n    value = int(text)\nexcept ValueError:\n", "x = [n * n for n in range(", "if __name__ == '__main__':\n",
-    "def parse(args):\n    \"\"\"Parse the command line.\"\"\"\n", "return {key: value for key, value in",
-    "    def __repr__(self):\n        return f\"", "print(", "assert len(items) ==", "@property\ndef name(self):\n",
-    "lambda a, b:",
+    'def f(x):\n    return',
+    'import os\nimport sys\n',
+    'class Stack:\n    def __init__(self):\n        self.items = []\n',
+    'for i in range(10):\n    if i % 2:\n',
+    'while True:\n    line = input()\n',
+    '# read the file\nwith open(path) as f:\n',
+    'try:\n    value = int(text)\nexcept ValueError:\n',
+    'x = [n * n for n in range(',
+    "if __name__ == '__main__':\n",
+    'def parse(args):\n    """Parse the command line."""\n',
+    'return {key: value for key, value in',
+    '    def __repr__(self):\n        return f"',
+    'print(',
+    'assert len(items) ==',
+    '@property\ndef name(self):\n',
+    'lambda a, b:',
 ]
 
 
@@ -111,8 +121,10 @@ def table(result: dict) -> str:
     base = result["one_by_one"]["tokens_per_s"]["median"]
     cfg = result["config"]
     lines = [f"serving {cfg['requests']} requests ({result['one_by_one']['new_tokens']} new tokens), pool of "
-             f"{cfg['num_blocks']} blocks of {cfg['block_size']}, window {cfg['window_size']}, threads {cfg['threads']}",
-             f"{'':>14}{'tokens/s':>10}  {'min–max':<17}{'×one by one':>12}{'steps':>7}{'peak blocks':>13}  same as solo",
+             f"{cfg['num_blocks']} blocks of {cfg['block_size']}, window {cfg['window_size']}, "
+             f"threads {cfg['threads']}",
+             f"{'':>14}{'tokens/s':>10}  {'min–max':<17}{'×one by one':>12}{'steps':>7}{'peak blocks':>13}"
+             "  same as solo",
              f"{'one by one':>14}{base:>10.0f}  {result['one_by_one']['tokens_per_s']['min']:>7.0f}–"
              f"{result['one_by_one']['tokens_per_s']['max']:<9.0f}{1:>12.2f}"]
     for r in result["rows"]:
