@@ -690,8 +690,32 @@ compare(run(per_row, per_row, mask_pads=False), "per-row positions, pads not mas
 #   counts columns. It is lesson 4's `len(cache)` bug in another form: one number, two meanings.
 # * **Without the pad mask** the positions do not help: the short row's queries read 30 keys of filler.
 #
-# Engines avoid padding altogether: FlashAttention's `cache_seqlens` (and `cache_leftpad`) give each row its
-# own length, and paged caches give each sequence its own block table (lesson 7), so no pad is ever stored.
+# Engines avoid padding altogether. Each row keeps its own length and its own position counter, and its keys
+# live in blocks of a shared pool (lesson 7) found through its own block-table row: FlashAttention's
+# `cache_seqlens` and `block_table` (lesson 6), vLLM's paged attention. The library's batched step,
+# `Decoder.step_paged(ids, start, kv, block_table)`, is that: row `b`'s new tokens sit at positions
+# `start[b], start[b] + 1, ...` (its own RoPE angles), its keys go into its own blocks. Prefill each prompt
+# alone (its own length), then decode both rows in one forward per token, no pad anywhere:
+
+# %%
+BS = 16
+need = [-(-(n + 24) // BS) for n in lens]                            # blocks each row needs: [8, 6]
+table = torch.full((2, max(need)), -1, device=dev)                  # -1: no block (never read)
+table[0, : need[0]] = torch.arange(need[0])
+table[1, : need[1]] = torch.arange(need[0], need[0] + need[1])
+kv = [tuple(torch.zeros(sum(need), BS, config.n_kv_heads, config.head_dim, device=dev) for _ in range(2))
+      for _ in model.layers]                                        # one (k, v) pool per layer
+first = [model.step_paged(torch.tensor([tok.encode(t)], device=dev), torch.tensor([0]), kv, table[b : b + 1])[0, -1]
+         for b, t in enumerate(texts)]                              # each prompt alone, from position 0
+out = [torch.stack(first)]
+for s in range(24):                                                 # both rows in one forward, each at its own position
+    out.append(model.step_paged(cont[:, s : s + 1], torch.tensor(lens) + s, kv, table)[:, -1])
+print("block table:", table.tolist())
+compare(torch.stack(out, 1), "Decoder.step_paged, no padding, own positions:")
+
+# %% [markdown]
+# Both rows exact, with no pad stored and no pad mask: what lesson 7's pool and `swkv_teach.serving`'s
+# scheduler build on.
 #
 # ## What to remember
 #
