@@ -19,6 +19,7 @@ from swkv_teach.grading.caches import check_ring_buffer_cache, check_sink_cache,
 from swkv_teach.grading.chunk import check_chunk_mask
 from swkv_teach.grading.decode import check_cached_decode
 from swkv_teach.grading.h2o import check_h2o_keep
+from swkv_teach.grading.hf_layer import check_hf_cache_layer
 from swkv_teach.grading.int8 import check_int8_quantize
 from swkv_teach.grading.lru import check_lru_cache
 from swkv_teach.grading.masks import check_sliding_window_mask
@@ -54,6 +55,7 @@ EXERCISES = {
         Exercise("07", "chunk_mask", "check_chunk_mask", "chunk_mask", 2),
         Exercise("08", "paged_cache", "check_paged_window", "PagedWindow", 3),
         Exercise("09", "int8_kv", "check_int8_quantize", "quantize, dequantize", 2),
+        Exercise("11", "hf_cache_layer", "check_hf_cache_layer", "RingLayer, ring_cache", 3),
     )
 }
 
@@ -63,6 +65,7 @@ __all__ = [
     "ExerciseFailed",
     "check_cached_decode",
     "check_h2o_keep",
+    "check_hf_cache_layer",
     "check_int8_quantize",
     "check_chunk_mask",
     "check_lru_cache",

@@ -9,6 +9,8 @@ token-by-token or layer-major decode, @torch.inference_mode().
 
 from __future__ import annotations
 
+import importlib.util
+
 RIGHT: list = []
 
 
@@ -25,4 +27,6 @@ def load() -> list:
     """Every registered right answer (importing the modules registers them)."""
     from tests.right_answers import caches, decode, lru, masks  # noqa: F401
 
+    if importlib.util.find_spec("transformers") is not None:  # exercise 11's answers subclass transformers' classes
+        from tests.right_answers import hf_layer  # noqa: F401
     return RIGHT

@@ -9,6 +9,8 @@ only a GPU can expose (a buffer created on the CPU).
 
 from __future__ import annotations
 
+import importlib.util
+
 CATALOGUE: list = []
 
 
@@ -27,4 +29,6 @@ def load() -> list:
     """Every registered wrong answer (importing the modules registers them)."""
     from tests.wrong_answers import chunk, decode, h2o, int8, lru, masks, paged, ring, sinks, sliding  # noqa: F401
 
+    if importlib.util.find_spec("transformers") is not None:  # exercise 11's answers subclass transformers' classes
+        from tests.wrong_answers import hf_layer  # noqa: F401
     return CATALOGUE
