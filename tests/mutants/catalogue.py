@@ -40,7 +40,7 @@ BENCH = ["tests/test_bench.py", "-k", "targets or flat or ratios_and_a_long_run"
 
 # A probe removed: the scenario's script replaced by one whose put/get do nothing (one line, the rest untouched).
 NO_SCRIPT = 'type("NoProbe", (), {"put": lambda *a, **k: None, "get": lambda *a, **k: None})()'
-LRU_CATALOGUE = ["tests/test_grading.py", "tests/test_grading_probes.py", "-k", "lru or Refuses"]
+LRU_CATALOGUE = ["tests/test_grading_probes.py", "tests/test_grading.py", "-k", "lru or probe"]
 
 
 def lru_scenario(title_args: str, name: str) -> Mutant:
@@ -64,6 +64,11 @@ MUTANTS = [
     M("mask-excludes-self", "swkv_teach/masks.py",
       "return (j <= i) & in_window", "return (j < i) & in_window",
       "a query does not see its own key", MASKS),
+    # the same bugs against one test file only: tests that compared the library with itself let them through
+    M("mask-w-plus-1-plots-only", "swkv_teach/masks.py",
+      "in_window = j > i - window_size", "in_window = j >= i - window_size",
+      "W + 1 keys, seen by the plot tests alone (which once compared the plot with the mask it draws)",
+      ["tests/test_plots.py", "-k", "band"]),
     M("attention-no-sqrt-d", "swkv_teach/attention.py",
       "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])", "scores = q @ k.transpose(-2, -1)",
       "the oracle forgets the 1/sqrt(d) scaling", ["tests/test_attention.py"]),
@@ -170,6 +175,11 @@ MUTANTS = [
       "order = torch.argsort(positions)  # oldest first ...",
       "order = torch.argsort(positions, descending=True)  # oldest first ...",
       "ties evict the newest token first", SCORED),
+    M("scored-ties-newest-first-oracle-tests", "swkv_teach/caches/scored.py",
+      "order = torch.argsort(positions)  # oldest first ...",
+      "order = torch.argsort(positions, descending=True)  # oldest first ...",
+      "ties evict the newest first, seen by the oracle-vs-cache and tie tests alone",
+      ["tests/test_h2o_tova.py", "-k", "oracle or tie"]),
     M("h2o-chunk-scores-last-query", "swkv_teach/caches/h2o.py",
       "return scores + w.sum(dim=0)", "return scores + w[-1]",
       "H2O adds only the newest query of a chunk", SCORED),

@@ -50,3 +50,83 @@ class RefusesOnlyNegative(_LRU):
     def guard(self, max_size):
         if max_size < 0:
             raise ValueError(f"max_size must be positive; got {max_size}")
+
+
+# ------------------------------------------------------------------ the LRU check's scenarios
+# Its random operations (state compared after each) and its diagnosing probes catch almost any LRU bug, so these
+# answers are told apart by the case their message names: removing a scenario would still reject them, but under
+# another case, with a hint that no longer points at what the scenario shows. Each docstring names its scenario.
+class _Right(_LRU):
+    def guard(self, max_size):
+        if max_size <= 0:
+            raise ValueError(f"max_size must be positive; got {max_size}")
+
+
+@wrong("check_lru_cache", "two instances side by side", "shared between instances")
+class StoreSharedButClearedOnInit(_Right):
+    """Needs "two instances side by side": the store is a class attribute that __init__ clears, so one instance at
+    a time (every other case) behaves; two alive at once read each other's entries."""
+
+    store = OrderedDict()
+
+    def __init__(self, max_size):
+        super().__init__(max_size)
+        type(self).store.clear()
+        self.cache = type(self).store
+
+
+@wrong("check_lru_cache", "the smallest cache", "size 1 holds one entry")
+class SizeOneHoldsTwo(_Right):
+    """Needs "the smallest cache": evicts only above max(max_size, 2), so a cache of size 1 holds two entries."""
+
+    def put(self, token_id, key, value):
+        if token_id in self.cache:
+            self.cache.move_to_end(token_id)
+        self.cache[token_id] = (key, value)
+        while len(self.cache) > max(self.max_size, 2):
+            self.cache.popitem(last=False)
+
+
+@wrong("check_lru_cache", "get promotes:", "get must promote")
+class GetReadsWithoutPromoting(_Right):
+    """Needs "get promotes": get() is dict.get, no move_to_end."""
+
+    def get(self, token_id):
+        return self.cache.get(token_id)
+
+
+@wrong("check_lru_cache", "while the cache still has room")
+class RePutPromotesOnlyWhenFull(_Right):
+    """Needs "gets and re-puts while the cache still has room": a re-put moves its id to the end only when the
+    cache is full (the "re-put refreshes" scenario re-puts into a full cache, so it passes there)."""
+
+    def put(self, token_id, key, value):
+        if token_id in self.cache and len(self.cache) < self.max_size:
+            self.cache[token_id] = (key, value)  # assigned in place: keeps its old place
+            return
+        super().put(token_id, key, value)
+
+
+@wrong("check_lru_cache", "a re-put of the very same objects refreshes")
+class RePutOfIdenticalObjectsReturnsEarly(_Right):
+    """Needs "a re-put of the very same objects refreshes": put() returns early when the key and value are the very
+    objects already stored, so the id keeps its old place."""
+
+    def put(self, token_id, key, value):
+        old = self.cache.get(token_id)
+        if old is not None and old[0] is key and old[1] is value:
+            return
+        super().put(token_id, key, value)
+
+
+@wrong("check_lru_cache", "filling", "whatever the fill level")
+class GetPromotesOnlyWhenFull(_Right):
+    """Needs the random fillings from empty: get() promotes only when the cache is full; the fixed scenarios and
+    the random operations happen not to tell (the random ones fill the cache early and keep it full)."""
+
+    def get(self, token_id):
+        if token_id not in self.cache:
+            return None
+        if len(self.cache) == self.max_size:
+            self.cache.move_to_end(token_id)
+        return self.cache[token_id]
