@@ -167,7 +167,7 @@ class RingLayer(CacheLayerMixin):
 
 
 def ring_cache(model) -> Cache:
-    """A ``transformers.Cache``: ``RingLayer(W)`` for each sliding layer of ``model``, ``DynamicLayer()`` for each full one."""
+    """A ``transformers.Cache``: ``RingLayer(W)`` per sliding layer of ``model``, ``DynamicLayer()`` per full one."""
     ### BEGIN SOLUTION
     config = model.config.get_text_config(decoder=True)
     n_layers = config.num_hidden_layers

@@ -105,7 +105,8 @@ class ShiftLeftWindow(CacheLayerMixin):
         k = torch.cat([self.keys, key_states], dim=2)
         v = torch.cat([self.values, value_states], dim=2)
         keep = self.sliding_window - 1  # the next first query sees W - 1 stored keys
-        self.keys, self.values = k[:, :, k.shape[2] - min(keep, k.shape[2]):], v[:, :, v.shape[2] - min(keep, v.shape[2]):]
+        start = k.shape[2] - min(keep, k.shape[2])  # not k[:, :, -keep:]: with W = 1, -0 would keep everything
+        self.keys, self.values = k[:, :, start:], v[:, :, start:]
         self.total += key_states.shape[2]
         return k, v
 

@@ -309,3 +309,11 @@ class UsesTheLibrarysLayer(_Ring):
 
         W, types = layer_types(model)
         return Cache(layers=[WindowLayer("ring", W) if t == "sliding_attention" else DynamicLayer() for t in types])
+
+
+@wrong(CHECK, "*args, **kwargs")
+class UpdateWithoutExtraArguments(_Ring):
+    """def update(self, key_states, value_states): transformers 5.24 also passes kwargs=... to every layer."""
+
+    def update(self, key_states, value_states):
+        return super().update(key_states, value_states)
