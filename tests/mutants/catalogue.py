@@ -49,6 +49,15 @@ def lru_scenario(title_args: str, name: str) -> Mutant:
                   f"    s = {NO_SCRIPT}\n", f"the LRU check skips its scenario {title_args}", LRU_CATALOGUE)
 
 
+INT8_CATALOGUE = ["tests/test_grading_probes.py", "tests/test_grading.py", "-k", "int8 or probe"]
+
+
+def int8_case(case: str, name: str) -> Mutant:
+    """The int8 check without one of its cases."""
+    return Mutant(f"probe-int8-{name}", "swkv_teach/grading/int8.py", f"    yield {case}\n", "    pass\n",
+                  f"the int8 check skips its case {case.split(',')[0]}", INT8_CATALOGUE)
+
+
 M = Mutant
 MUTANTS = [
     # ------------------------------------------------------------- the window convention
@@ -250,6 +259,16 @@ MUTANTS = [
       "the LRU check skips its random operations", LRU_CATALOGUE),
     M("probe-lru-filling", "swkv_teach/grading/lru.py", "for episode in range(FILLS if size > 1 else 0):",
       "for episode in range(0):", "the LRU check skips its random fillings from empty", LRU_CATALOGUE),
+    int8_case('"a hand-made token (scale 3 / 127)", torch.tensor([[[[3.0, -1.5, 0.7, 0.0, -2.99]]]])', "hand-made"),
+    int8_case('"a row whose largest magnitude is negative", torch.tensor([[[[-4.0, 1.0, 2.0, -0.5]]]])', "negative-max"),
+    int8_case('"exact ties at scale 1", ties', "ties"),
+    int8_case('"all-zero tokens among others", z', "zero-tokens"),
+    int8_case('"tiny magnitudes, 1e-8 to 1 per token and head", tiny.float()', "tiny"),
+    int8_case('"float16 subnormals (below 6.1e-5) and a zero token", sub.half()', "subnormals"),
+    int8_case('"an all-zero tensor", torch.zeros(1, 3, 2, 4, dtype=torch.bfloat16)', "all-zero-tensor"),
+    M("probe-int8-random", "swkv_teach/grading/int8.py",
+      "for i, (shape, dtype) in enumerate([", "for i, (shape, dtype) in enumerate([] and [",
+      "the int8 check skips its six random cases", INT8_CATALOGUE),
     # ------------------------------------------------------------- the gradebook
     M("grade-check-timeout-as-cell-timeout", "swkv_teach/grading/grade.py",
       "timeouts = sorted(i for i in timed_out if i < learner_cells)", "timeouts = sorted(timed_out)",

@@ -6,6 +6,8 @@ that probe would let it through. Its docstring names the probe it needs.
 
 from collections import OrderedDict
 
+import torch
+
 from tests.wrong_answers import wrong
 
 
@@ -130,3 +132,72 @@ class GetPromotesOnlyWhenFull(_Right):
         if len(self.cache) == self.max_size:
             self.cache.move_to_end(token_id)
         return self.cache[token_id]
+
+
+# ------------------------------------------------------------------ the int8 check's cases
+# Each is first rejected on the case its docstring names (the cases run in order); without that case a later one
+# would still reject it, under another title. "exact ties at scale 1" has no such answer: any rounding within half a
+# step passes it, and no plausible slip fails only there (the mutation run lists it as a survivor).
+def _int8(quantize):
+    from tests.wrong_answers.int8 import pair
+
+    answer = pair(quantize)
+    answer.__module__ = __name__  # listed with this module's answers
+    return wrong("check_int8_quantize", *quantize.words)(answer)
+
+
+def _words(*words):
+    def mark(fn):
+        fn.words = words
+        return fn
+
+    return mark
+
+
+def _scale(x):
+    return x.float().abs().amax(dim=-1, keepdim=True) / 127
+
+
+@_words("a hand-made token")
+def truncates_to_int8(x):
+    """Needs "a hand-made token (scale 3 / 127)", the first case: (x / scale).to(torch.int8) truncates 0.7 / (3 / 127)
+    = 29.6 to 29."""
+    scale = _scale(x)
+    return (x.float() / torch.where(scale > 0, scale, torch.ones_like(scale))).to(torch.int8), scale
+
+
+@_words("largest magnitude is negative")
+def signed_max(x):
+    """Needs "a row whose largest magnitude is negative": scale = x.amax() / 127 takes the largest value, 2 in
+    [-4, 1, 2, -0.5], not the largest magnitude."""
+    scale = x.float().amax(dim=-1, keepdim=True).clamp_min(0) / 127
+    q = torch.round(x.float() / torch.where(scale > 0, scale, torch.ones_like(scale))).clamp(-127, 127)
+    return q.to(torch.int8), scale
+
+
+@_words("all-zero tokens among others")
+def zero_rows_divide_by_zero(x):
+    """Needs "all-zero tokens among others", the first case with a zero row: x / scale with scale 0 gives NaN."""
+    scale = _scale(x)
+    return torch.nan_to_num(torch.round(x.float() / scale), nan=-1.0).clamp(-127, 127).to(torch.int8), scale
+
+
+@_words("tiny magnitudes")
+def scale_floor(x):
+    """Needs "tiny magnitudes, 1e-8 to 1": scale = max(absmax / 127, 1e-6) flattens tokens quieter than 1.3e-4
+    (the random cases' quietest tokens are louder)."""
+    scale = _scale(x).clamp_min(1e-6)
+    return torch.round(x.float() / scale).clamp(-127, 127).to(torch.int8), scale
+
+
+@_words("an all-zero tensor")
+def zero_rows_divided_by_the_largest_scale(x):
+    """Needs "an all-zero tensor": a zero row is divided by the tensor's largest scale, which is 0 when every row
+    is zero (0 / 0)."""
+    scale = _scale(x)
+    safe = torch.where(scale > 0, scale, scale.max())
+    return torch.round(x.float() / safe).clamp(-127, 127).to(torch.int8), scale
+
+
+for _fn in (truncates_to_int8, signed_max, zero_rows_divide_by_zero, scale_floor, zero_rows_divided_by_the_largest_scale):
+    _int8(_fn)
