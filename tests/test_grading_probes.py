@@ -28,6 +28,8 @@ def test_an_answer_wrong_on_one_probe_only_is_rejected_naming_it(answer, capsys)
         getattr(grading, answer.check)(answer)
     message = str(info.value).lower()
     assert all(w.lower() in message for w in answer.words), info.value
+    if not any("shared" in w for w in answer.words):
+        assert "state is shared" not in message, info.value
     assert "✅" not in capsys.readouterr().out
 
 
