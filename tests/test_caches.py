@@ -68,6 +68,30 @@ def test_seed_doctest():
     assert torch.equal(ck, k1) and torch.equal(cv, v1)
 
 
+@pytest.mark.parametrize("kind", ["naive", "ring", "lru"])
+def test_a_chunk_after_the_window_filled_worked_by_hand(kind):
+    """W = 3, keys = position + 1. After 0..4 one at a time, the cache holds 2, 3, 4. The chunk 5, 6: its first
+    query (5) sees its W - 1 = 2 predecessors, 3 and 4, so the update returns 3, 4, 5, 6 (values 4, 5, 6, 7), in
+    that order; afterwards the cache holds 4, 5, 6. (issue 24: a direct case, beside the property tests.)"""
+    cache = make_cache(kind, 3)
+    for p in range(5):
+        cache.update(torch.full((1, 1, 1, 1), p + 1.0), torch.full((1, 1, 1, 1), -(p + 1.0)))
+    chunk = torch.tensor([6.0, 7.0]).view(1, 1, 2, 1)
+    k, v = cache.update(chunk, -chunk)
+    assert k.flatten().tolist() == [4.0, 5.0, 6.0, 7.0]
+    assert v.flatten().tolist() == [-4.0, -5.0, -6.0, -7.0]
+    assert cache.positions.tolist() == [3, 4, 5, 6]
+    assert cache.seen == 7 and len(cache) == 3
+    if kind == "ring":
+        held, _ = cache.ordered()
+        assert held.flatten().tolist() == [5.0, 6.0, 7.0]
+        assert cache.stored_positions().tolist() == [4, 5, 6]
+    elif kind == "naive":
+        assert cache.k.flatten().tolist() == [5.0, 6.0, 7.0]
+    else:
+        assert cache.ids() == [4, 5, 6]
+
+
 @pytest.mark.parametrize("kind", ["naive", "ring"])
 def test_window_4_holding_1_2_3_4_given_5_holds_2_3_4_5(kind):
     cache = make_cache(kind, 4)
