@@ -17,6 +17,7 @@ import torch
 
 from swkv_teach import grading
 from swkv_teach.grading import ExerciseFailed
+from swkv_teach.grading import _hf_models as hf_models
 from swkv_teach.grading import hf_layer as check
 
 transformers = pytest.importorskip("transformers")
@@ -67,8 +68,8 @@ def test_runs_cover_the_chunk_sizes_of_the_issue_and_outlast_the_window():
 
 def _logits_error(layer_cls, family: str, W: int = 3) -> float:
     """Largest logit error of a buggy cache in chunked calls against one forward without cache (inf if it raises)."""
-    model = check._model(transformers, family, W)
-    ids = torch.randint(0, check.DIMS["vocab_size"], (2, 6 * W + 4), generator=torch.Generator().manual_seed(0))
+    model = hf_models.build(transformers, family, W)
+    ids = torch.randint(0, hf_models.DIMS["vocab_size"], (2, 6 * W + 4), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         full = model(ids, use_cache=False).logits
         cache, s, worst = layer_cls.ring_cache(model), 0, 0.0

@@ -17,12 +17,13 @@ Two parts, each with the messages it can give:
    shorter and longer than W. At every update: the seen count, the mask sizes (read twice, and they must
    change nothing), the positions, order, dtype and device of the keys and values returned; at the end of
    a run, the memory the object keeps (at most about the window). Then three layers alive at once.
-2. **Inside transformers** (:func:`_models`): tiny random Mistral (every layer slides, windows 1, 2, 3, 5),
-   Gemma 2 (a sliding layer, then a full one) and Gemma 3 (two sliding, one full) built on the CPU from a
-   config; ``ring_cache(model)`` must give the learner's layer to sliding layers only; chunked ``model(...)``
-   calls (batch 2 with a prompt shorter than W, batch 1 with one longer) give each chunk's logits within 1e-4
-   of one forward of the whole sequence, and so does every step of greedy ``generate`` (the reference is that
-   forward, not transformers' default cache, which is wrong for ``sliding_window = 1``: see :func:`_generate`).
+2. **Inside transformers** (:mod:`._hf_models`): tiny random Mistral (every layer slides, windows 1, 2, 3,
+   5), Gemma 2 (a sliding layer, then a full one) and Gemma 3 (two sliding, one full) built on the CPU from
+   a config; ``ring_cache(model)`` must give the learner's layer to sliding layers only; chunked
+   ``model(...)`` calls (batch 2 with a prompt shorter than W, batch 1 with one longer) give each chunk's
+   logits within 1e-4 of one forward of the whole sequence, and so does every step of greedy ``generate``
+   (the reference is that forward, not transformers' default cache, which is wrong for ``sliding_window =
+   1``: see ``_hf_models._generate``).
 
 transformers is imported only when the check runs: without it the check fails with the install line.
 """
@@ -34,6 +35,8 @@ import warnings
 import torch
 
 from swkv_teach.device import device as pick_device
+from swkv_teach.grading._drive import _supports
+from swkv_teach.grading._hf_models import ATOL, models, signature_hint
 from swkv_teach.grading._own import is_own, library_inside
 from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint, show
 from swkv_teach.grading._report import learner_name as _name
@@ -43,7 +46,6 @@ from swkv_teach.grading._shared import two_fresh
 __all__ = ["check_hf_cache_layer"]
 
 CHECK = "check_hf_cache_layer"
-ATOL = 1e-4  # logits, float32, against transformers' own
 F32, F64, F16, BF16 = torch.float32, torch.float64, torch.float16, torch.bfloat16
 # (window, first chunk = the prompt, token shape (batch, heads, head_dim), dtype)
 RUNS = [(W, W + 3, (2, 3, 4), F32) for W in (1, 2, 3, 5, 8)] + [
@@ -138,7 +140,7 @@ def _step(c: _Ctx, layer, n: int, q: int, before: int) -> None:
                    "(kv_length, kv_offset):", expected=exp, got=got, hint=_mask_hint(n, W, q, got, exp))
     k_new, v_new = _label(range(n, n + q), c.shape, c.dtype, c.dev, c.stream)
     keep = (k_new.clone(), v_new.clone())
-    out = _signature_hint(lambda: call(case, "update()", layer.update, k_new, v_new, kwargs={}))
+    out = signature_hint(lambda: call(case, "update()", layer.update, k_new, v_new, kwargs={}))
     if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
         raise fail(case, f"update() returned {show(out)}.", hint="return a tuple (keys, values) of two tensors.")
     k, v = out
@@ -159,7 +161,7 @@ def _step(c: _Ctx, layer, n: int, q: int, before: int) -> None:
     pos = _decode(k)
     if (sorted(pos) if q == 1 else pos) != want:
         raise fail(case, "update() returned the keys of positions (in the order returned)", expected=want, got=pos,
-                   what="got", hint=_positions_hint(n, W, q, pos, want, before))
+                   what="got", hint=_positions_hint(n, W, q, pos, want, before, layer))
     order = sorted(range(len(pos)), key=pos.__getitem__)
     ek, ev = _label(want, c.shape, c.dtype, c.dev, c.stream)
     if not torch.equal(k[:, :, order], ek):
@@ -175,19 +177,6 @@ def _step(c: _Ctx, layer, n: int, q: int, before: int) -> None:
     if seen != n + q:
         raise fail(case, "get_seq_length() after this update:", expected=n + q, got=seen,
                    hint=_seen_hint(n + q, W, seen))
-
-
-def _signature_hint(run):
-    """``run()``; a TypeError about update's arguments gets the signature transformers needs."""
-    try:
-        return run()
-    except ExerciseFailed as e:
-        text = str(e)
-        if getattr(e, "generic", False) and "TypeError" in text and ("argument" in text or "kwargs" in text):
-            raise rehint(e, "transformers calls layer.update(key_states, value_states, kwargs={...}) (5.24; 5.15.0 "
-                         "passes nothing more): keep the signature update(self, key_states, value_states, *args, "
-                         "**kwargs).") from None
-        raise
 
 
 def _read_sizes(case: str, layer, q: int, n: int) -> tuple[int, int]:
@@ -209,13 +198,20 @@ def _seen_hint(n: int, W: int, got) -> str:
     return "count every token update was given (all q of each update), from 0 for a new layer; nothing else counts."
 
 
-def _positions_hint(n, W, q, pos, want, before) -> str:
+def _positions_hint(n, W, q, pos, want, before, layer) -> str:
+    if getattr(layer, "is_initialized", None) is False and -1 in pos:
+        return ("is_initialized is still False after update, so the next update allocates fresh (zero) buffers "
+                "again: lazy_initialization must end with self.is_initialized = True.")
     if sorted(pos) == want:
         return ("the right keys in slot order: fine for one token, but a chunk's mask differs from row to row and "
                 "transformers lays it out by position. For q > 1 return the stored keys oldest first, then the chunk.")
     if pos == list(range(n, n + q)) and want != pos:
         return ("only the new keys: the new queries must also see the stored keys still in their window "
                 "(positions > n - W), in front of the new ones.")
+    if q > 1 and sorted(pos) == list(range(max(n + q - W, 0), n + q)):
+        return ("these are the last W tokens, what the ring holds AFTER writing the chunk (as if the chunk were q "
+                "one-token updates); but the chunk's first query (position n) still sees keys the chunk evicts. "
+                "Gather the stored keys with positions > n - W before writing the chunk, then cat the chunk.")
     if -1 in pos:
         return ("some keys returned are slots never written (all zeros): return only filled slots, "
                 "and before the ring is full only the first n + 1 of them.")
@@ -283,7 +279,7 @@ def _layers(cls, dev) -> int:
     steps = 0
     for W, first, shape, dtype in RUNS:
         chunks = chunks_for(W, first)
-        c = _Ctx(cls, W, shape, dtype, dev)
+        c = _Ctx(cls, W, shape, dtype, dev if _supports(str(dev), dtype) else torch.device("cpu"))  # MPS: no f64
         for _ in _drive(c, _new(c.title, cls, W), chunks):
             steps += 1
     specs = [(3, 4), (5, 1), (3, 2)]  # (window, prompt); the third made after the others took 5 updates
@@ -312,115 +308,6 @@ def _layers(cls, dev) -> int:
                      + (shared or "Keep it on self, assigned in __init__, not in class attributes or module "
                         "variables.")) from None
     return steps
-
-
-# ---------------------------------------------------------------------------------------------- inside transformers
-DIMS = dict(vocab_size=61, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
-            head_dim=8, max_position_embeddings=256, initializer_range=0.1, bos_token_id=None, eos_token_id=None,
-            pad_token_id=None, attn_implementation="eager")  # eager: the mask is built in full, from get_mask_sizes
-
-
-def _model(tf, family: str, W: int):
-    """A tiny random model on the CPU, seeded without touching the caller's random state."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(W)
-        if family == "Mistral":
-            model = tf.MistralForCausalLM(tf.MistralConfig(**DIMS, num_hidden_layers=2, sliding_window=W))
-        elif family == "Gemma 2":  # sliding, full
-            model = tf.Gemma2ForCausalLM(tf.Gemma2Config(**DIMS, num_hidden_layers=2, sliding_window=W))
-        else:  # Gemma 3: sliding, sliding, full (not a plain alternation)
-            types = ["sliding_attention", "sliding_attention", "full_attention"]
-            model = tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(**DIMS, num_hidden_layers=3, sliding_window=W,
-                                                             layer_types=types))
-    return model.eval()
-
-
-def _cache_of(tf, cls, ring_cache, model, family: str, W: int):
-    """``ring_cache(model)``, checked layer by layer against the config's layer types."""
-    config = model.config.get_text_config(decoder=True)
-    types = list(getattr(config, "layer_types", None) or ["sliding_attention"] * config.num_hidden_layers)
-    case = f"{_name(ring_cache)}(model) for a tiny {family} (W = {W}, layer types {types})"
-    try:
-        cache = call(case, f"{_name(ring_cache)}(model)", ring_cache, model)
-    except ExerciseFailed as e:
-        if family == "Mistral" and getattr(e, "generic", False):
-            raise rehint(e, "Mistral's config has no layer_types (getattr(config, 'layer_types', None) is None): "
-                         "every one of its layers slides, so give each a RingLayer.") from None
-        raise
-    if not isinstance(cache, tf.cache_utils.Cache):
-        raise fail(case, f"it returned {show(cache)}.", hint="return transformers' Cache(layers=[...]).")
-    layers = list(getattr(cache, "layers", []))
-    if len(layers) != len(types):
-        raise fail(case, f"the cache has {len(layers)} layers; the model has {len(types)}.",
-                   hint="one layer per model layer (config.num_hidden_layers).")
-    for i, (t, layer) in enumerate(zip(types, layers)):
-        if t == "full_attention" and (isinstance(layer, cls) or getattr(layer, "is_sliding", False)):
-            raise fail(case, f"layer {i} is a full-attention layer (config.layer_types[{i}] = 'full_attention') but "
-                       f"the cache gives it {type(layer).__name__}, a window.", hint="full layers attend to every "
-                       "past token: windowing them changes the model. Give them transformers' DynamicLayer().")
-        if t == "sliding_attention" and not isinstance(layer, cls):
-            raise fail(case, f"layer {i} slides (config.layer_types[{i}] = 'sliding_attention') but the cache gives "
-                       f"it {type(layer).__name__}, not your {_name(cls)}.",
-                       hint=f"build the sliding layers as {_name(cls)}(config.sliding_window).")
-    return cache
-
-
-def _models(tf, cls, ring_cache) -> tuple[int, int]:
-    """Part 2; returns (chunked calls, generate steps) checked."""
-    from swkv_teach.hf_cache import cache_kwarg
-
-    calls = gen_steps = 0
-    scenarios = [("Mistral", W) for W in (1, 2, 3, 5)] + [("Gemma 2", 3), ("Gemma 2", 1), ("Gemma 3", 2)]
-    for family, W in scenarios:
-        model = _model(tf, family, W)
-        kw = cache_kwarg(model)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(100 + W)
-            ids = torch.randint(0, DIMS["vocab_size"], (2, 10 * W + 24))
-        for batch, first, rest in ((2, max(W - 1, 1), [1, 2, 5, W - 1, W + 3, 1, 1]), (1, W + 3, [1, W + 3, 2, 1])):
-            chunks = [first] + [c for c in rest if c > 0]
-            x = ids[:batch, : sum(chunks)]
-            with torch.no_grad():
-                full = model(x, use_cache=False).logits
-                cache = _cache_of(tf, cls, ring_cache, model, family, W)
-                s = 0
-                for q in chunks:
-                    case = (f"tiny {family} (W = {W}, {model.config.num_hidden_layers} layers) with your cache, batch "
-                            f"{batch}, chunks {chunks}: model(input_ids=tokens {s}..{s + q - 1})")
-                    out = _signature_hint(lambda: call(case, "the model with your cache", model,
-                                                       input_ids=x[:, s: s + q], use_cache=True, **{kw: cache}))
-                    err = float((out.logits - full[:, s: s + q]).abs().max())
-                    if not err <= ATOL:
-                        raise fail(case, f"its logits differ from transformers' (one forward of the whole sequence, "
-                                   f"no cache) by {err:.3g}, more than {ATOL:g}.", hint="your layer passed every "
-                                   "direct probe above, so look at how it meets transformers: the window it is built "
-                                   "with (config.sliding_window), is_sliding, and ring_cache's layer per layer type.")
-                    s += q
-                    calls += 1
-        gen_steps += _generate(tf, cls, ring_cache, model, family, W, ids[:, : W + 2], kw)
-    return calls, gen_steps
-
-
-def _generate(tf, cls, ring_cache, model, family, W, prompt, kw) -> int:
-    """Greedy ``generate`` with ``ring_cache(model)``: each step's logits against one forward, no cache, of the
-    sequence it generated. transformers' default cache is not the reference: with ``sliding_window = 1`` its
-    ``DynamicSlidingWindowLayer`` keeps every token (``full_key_states[:, :, -self.sliding_window + 1 :, :]``
-    is ``[0:]``; ``cache_utils.py`` line 246 in 5.24, 253 in 5.15.0), and on this check's tiny Mistral its
-    logits then differ from the no-cache forward by about 2 from the second generated token on (both versions)."""
-    common = dict(max_new_tokens=4 * W + 4, do_sample=False, output_logits=True, return_dict_in_generate=True)
-    case = f"tiny {family} (W = {W}): model.generate(prompt of {prompt.shape[1]} tokens, batch 2, greedy)"
-    P = prompt.shape[1]
-    with torch.no_grad():
-        cache = _cache_of(tf, cls, ring_cache, model, family, W)
-        out = call(case, "generate with your cache", model.generate, prompt, **common, **{kw: cache})
-        full = model(out.sequences[:, :-1], use_cache=False).logits
-    for t, a in enumerate(out.logits):
-        err = float((a - full[:, P - 1 + t]).abs().max())
-        if not err <= ATOL:
-            raise fail(case, f"new token {t + 1}: the logits differ from transformers' (one forward of the sequence, "
-                       f"no cache) by {err:.3g}, more than {ATOL:g}.", hint="chunked calls passed, so the difference "
-                       "comes with generate's one-token steps: the one-token update and its mask sizes.")
-    return len(out.logits)
 
 
 def _transformers():
@@ -458,13 +345,20 @@ def check_hf_cache_layer(RingLayer, ring_cache=None) -> None:
                        f"it), the very {what} the check compares with: it shows nothing about your code.",
                        hint="pass the RingLayer and ring_cache you wrote. If you did write them, an import run after "
                        "them replaced them: run your cell again.")
+    # transformers' own layers, the sliding ones first (they subclass the others)
+    for name in ("DynamicSlidingWindowLayer", "StaticSlidingWindowLayer", "DynamicLayer", "StaticLayer"):
+        theirs = getattr(tf.cache_utils, name, None)
+        if isinstance(theirs, type) and is_own(RingLayer, theirs):
+            raise fail(title, f"{_name(RingLayer)} is built on transformers' own {name}: its update and "
+                       "get_mask_sizes are transformers', not yours, and they copy the window every step.",
+                       hint="subclass CacheLayerMixin and keep the keys and values in your own ring of W slots.")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         verbosity = tf.logging.get_verbosity()
         tf.logging.set_verbosity_error()
         try:
             steps = _layers(RingLayer, pick_device())
-            calls, gen = _models(tf, RingLayer, ring_cache)
+            calls, gen = models(tf, RingLayer, ring_cache)
         finally:
             tf.logging.set_verbosity(verbosity)
     passed(f"{_name(RingLayer)} / {_name(ring_cache)}: seen counts, mask sizes and keys exact on {steps} updates "

@@ -8,7 +8,7 @@ own ``ring_cache`` (a classmethod), so ``check_hf_cache_layer(Bug)`` grades the 
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer, DynamicSlidingWindowLayer
 
 from tests.wrong_answers import wrong
 
@@ -317,3 +317,30 @@ class UpdateWithoutExtraArguments(_Ring):
 
     def update(self, key_states, value_states):
         return super().update(key_states, value_states)
+
+
+@wrong(CHECK, "before writing the chunk")
+class ChunkAsOneTokenUpdates(_Ring):
+    """A chunk is written token by token, then the ring's filled slots are returned (as after one token): the
+    chunk's first queries lose the keys it evicted."""
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        for i in range(key_states.shape[2]):
+            k, v = super().update(key_states[:, :, i: i + 1], value_states[:, :, i: i + 1])
+        return k, v
+
+
+@wrong(CHECK, "is_initialized")
+class NeverMarkedInitialized(_Ring):
+    """lazy_initialization never sets is_initialized, so every update allocates the ring anew (all zeros)."""
+
+    def lazy_initialization(self, key_states, value_states):
+        super().lazy_initialization(key_states, value_states)
+        self.is_initialized = False
+
+
+@wrong(CHECK, "transformers' own DynamicSlidingWindowLayer")
+class TransformersOwnLayer(DynamicSlidingWindowLayer):
+    """Hands in transformers' own sliding layer (a subclass that only renames it)."""
+
+    ring_cache = _Ring.__dict__["ring_cache"]
