@@ -94,26 +94,40 @@ class RingBufferKVCache(KVCache):
             if k_new.shape[2] > 1:
                 return self._update_chunk(k_new, v_new)
 
-        seen = self._seen
-        S = self.num_sinks
-        slot = seen if seen < S else S + (seen - S) % self.window_size
+        slot = self._claim_slot()
         self._k_slots[slot].copy_(k_new)
         self._v_slots[slot].copy_(v_new)
-        self._seen = filled = seen + 1
-        self._positions = None  # recomputed on demand: the hot path stays two copies
+        filled = self._seen
         if filled >= self._capacity:
             return self._whole  # the buffers themselves, as a tuple made once
         return self.k_buf[:, :, :filled], self.v_buf[:, :, :filled]
 
+    def _claim_slot(self) -> int:
+        """Count one more token and return the slot it goes to; the caller writes it there.
+
+        The one-token write hook: ``update`` writes the slot itself, and a cache whose buffers
+        hold something else in the same slots (int8 data and scales) writes its own.
+        """
+        seen = self._seen
+        S = self.num_sinks
+        self._seen = seen + 1
+        self._positions = None  # recomputed on demand: the hot path stays two copies
+        return seen if seen < S else S + (seen - S) % self.window_size
+
     def _allocate(self, like: torch.Tensor) -> None:
         B, H, _, D = like.shape
-        self._device = like.device
-        self._dtype = like.dtype
+        self._adopt(torch.zeros(B, H, self.capacity, D, dtype=like.dtype, device=like.device),
+                    torch.zeros(B, H, self.capacity, D, dtype=like.dtype, device=like.device))
+
+    def _adopt(self, k_buf: torch.Tensor, v_buf: torch.Tensor) -> None:
+        """Hold ``k_buf``, ``v_buf`` ``(B, H, capacity, D)`` as the buffers (views welcome, not copied)."""
+        B, H, _, D = k_buf.shape
+        self._device = k_buf.device
+        self._dtype = k_buf.dtype
         self._capacity = self.capacity
         self._one_token = torch.Size((B, H, 1, D))
-        self._slot_index = torch.arange(self.capacity, device=like.device)
-        self.k_buf = torch.zeros(B, H, self.capacity, D, dtype=like.dtype, device=like.device)
-        self.v_buf = torch.zeros_like(self.k_buf)
+        self._slot_index = torch.arange(self.capacity, device=k_buf.device)
+        self.k_buf, self.v_buf = k_buf, v_buf
         # one (B, H, 1, D) view per slot, made once, so a step does no slicing
         self._k_slots = self.k_buf.split(1, dim=2)
         self._v_slots = self.v_buf.split(1, dim=2)
@@ -217,6 +231,10 @@ class RingBufferKVCache(KVCache):
         self._allocate(k if device is None else k.to(device))
         self.k_buf.copy_(k)
         self.v_buf.copy_(v)
+        self._resume(seen, positions)
+
+    def _resume(self, seen: int, positions) -> None:
+        """Count ``seen`` tokens, the last update having returned ``positions`` (after the buffers are filled)."""
         self._seen = seen
         self._positions = _state.copy(positions, self._device)
 
