@@ -12,7 +12,7 @@
 # %% [markdown]
 # # Lesson 9 — Your cache inside Hugging Face Transformers
 #
-# **Time:** about 45 minutes. **You need:** lessons 3 (the ring buffer) and 4 (decoding with the cache).
+# **Time:** about 45 minutes for the lesson, plus about 40 for [exercise 11](../exercises/11_hf_cache_layer.ipynb), done where the lesson reaches it. **You need:** lessons 3 (the ring buffer) and 4 (decoding with the cache).
 #
 # **By the end you will be able to**
 #
@@ -105,6 +105,12 @@ us = {"dynamic (cat + slice)": time_updates(DynamicSlidingWindowLayer(sliding_wi
 ring_us = us["ours: WindowLayer('ring')"]
 for name, t in us.items():
     print(f"{name:28} {t:7.1f} µs per update   {t / ring_us:5.1f}x the ring")
+
+# %% [markdown]
+# > **Your turn, before reading on:** [exercises/11_hf_cache_layer.ipynb](../exercises/11_hf_cache_layer.ipynb)
+# > has you write this layer's `update` and `get_mask_sizes` over your own ring, checked inside a real tiny
+# > Mistral, Gemma 2 and Gemma 3 (`generate` and chunked calls). Section 3 shows how the library's layer does it, so
+# > try the exercise first, then come back.
 
 # %% [markdown]
 # ## 3. The ring as a layer, and the one-token invariant
@@ -255,4 +261,4 @@ else:
 # * Slot order is safe only when every returned key is visible to every query: one token. Chunks get position order.
 # * Out of scope, and refused with an error: padded batches, beam search, cropping, offloading, `torch.compile`.
 #
-# A graded exercise on this lesson's layer (`update` and `get_mask_sizes`) is planned.
+# Graded exercise: [exercises/11_hf_cache_layer.ipynb](../exercises/11_hf_cache_layer.ipynb), if you have not done it yet.

@@ -231,3 +231,18 @@ def test_setup_sh_installs_a_cpu_torch_at_the_course_floor_and_checks_python(aut
     assert f'pip install -q "{torch}" --index-url https://download.pytorch.org/whl/cpu' in setup, setup
     assert f"sys.version_info >= ({floor[0]}, {floor[1]})" in setup, setup
     assert subprocess.run(["bash", "-n"], input=setup, text=True).returncode == 0, "setup.sh is valid bash"
+
+
+def test_setup_sh_installs_transformers_only_when_an_exercise_needs_it(tmp_path):
+    """Exercise 11's check runs tiny transformers models: its assignment's setup.sh installs the course with
+    its `hf` extra (whose floor pyproject declares); an assignment without it installs the bare course."""
+    from swkv_teach.grading.export_gradescope import EXTRA_FOR, _setup_sh, course_wheel
+
+    hf_ids = [e.id for e in EXERCISES.values() if e.slug in EXTRA_FOR]
+    assert hf_ids == ["11"], "the HF cache-layer exercise is the one needing transformers"
+    wheel = course_wheel(tmp_path)
+    with_hf, without = _setup_sh(wheel, ["03", "11"]), _setup_sh(wheel, ["02", "03"])
+    assert f'pip install -q "./{wheel.name}[hf]" ipykernel' in with_hf, with_hf
+    assert f'pip install -q "./{wheel.name}" ipykernel' in without, without
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(d.startswith("transformers>=") for d in extras["hf"]), "the hf extra brings transformers"

@@ -363,3 +363,20 @@ def test_a_constant_two_instances_only_read_is_not_called_shared_state():
         assert "self.slots" in shared_state(WritesAConstant, (3,), torch.device("cpu"))
     finally:
         _SLOTS.copy_(torch.arange(64))
+
+
+def test_the_line_shown_is_the_learners_call_not_a_line_inside_an_installed_package():
+    """Regression: a learner's bad argument to transformers (exercise 11) raised deep inside it, and the message
+    pointed at a line of transformers' configuration_utils instead of the learner's own call."""
+    import nbformat
+
+    from swkv_teach.grading._report import _where
+
+    def learner():
+        return nbformat.reads("this is not a notebook", as_version=4)  # raises inside site-packages
+
+    try:
+        learner()
+    except Exception as e:  # noqa: BLE001 - any error nbformat raises will do
+        where = _where(e)
+    assert "nbformat.reads(" in where, where

@@ -14,6 +14,7 @@ grader. Messages follow one shape::
 from __future__ import annotations
 
 import os
+import sysconfig
 import traceback
 
 import torch
@@ -22,6 +23,7 @@ __all__ = ["TRACEBACK_ENV", "ExerciseFailed", "call", "fail", "grid", "passed", 
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the swkv_teach package
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
+_INSTALLED = tuple({p for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]) if p})
 
 
 TRACEBACK_ENV = "SWKV_TRACEBACK"
@@ -126,9 +128,10 @@ def grid(mask, title: str) -> list[str]:
 
 
 def _where(exc: BaseException) -> str:
-    """The learner's line that raised: the last frame outside torch and swkv_teach."""
+    """The learner's line that raised: the last frame outside torch, swkv_teach and installed packages
+    (a learner's bad argument to transformers raises deep inside it; the line to show is the learner's call)."""
     frames = traceback.extract_tb(exc.__traceback__)
-    mine = [f for f in frames if not f.filename.startswith((_HERE, _TORCH))]
+    mine = [f for f in frames if not f.filename.startswith((_HERE, _TORCH, *_INSTALLED))]
     if not mine:
         return ""
     f = mine[-1]

@@ -67,7 +67,7 @@ python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install -q --upgrade pip
 # torch at the course's floor, a CPU build: Gradescope's autograder docs offer no GPU, and CUDA wheels are gigabytes
 /autograder/venv/bin/pip install -q "{torch}" --index-url https://download.pytorch.org/whl/cpu
-/autograder/venv/bin/pip install -q ./{wheel} ipykernel
+/autograder/venv/bin/pip install -q "./{wheel}{extras}" ipykernel
 /autograder/venv/bin/python -c "import swkv_teach, torch, ipykernel; print('swkv-teach', swkv_teach.__version__, 'with torch', torch.__version__, 'installed')"
 """
 
@@ -168,15 +168,22 @@ def course_wheel(dest: Path) -> Path:
     return build_wheel(project, dest) if project else repack_installed(dest)
 
 
-def _setup_sh(wheel: Path) -> str:
-    """``setup.sh`` for ``wheel``: its torch requirement and Python floor, read from the wheel's own METADATA."""
+# Exercises whose checks import more than the course's required dependencies, and the extra that brings it.
+EXTRA_FOR = {"hf_cache_layer": "hf"}  # exercise 11 runs tiny transformers models (built locally, nothing downloaded)
+
+
+def _setup_sh(wheel: Path, ids: list[str] = ()) -> str:
+    """``setup.sh`` for ``wheel``: its torch requirement and Python floor, read from the wheel's own METADATA,
+    and the extras the graded exercises ``ids`` need (``EXTRA_FOR``)."""
     with zipfile.ZipFile(wheel) as z:
         meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     torch = next((ln.split(":", 1)[1].strip() for ln in meta.splitlines() if ln.startswith("Requires-Dist:")
                   and re.match(r"torch\b", ln.split(":", 1)[1].strip()) and "extra" not in ln), "torch")
     floor = re.search(r">=\s*(\d+)\.(\d+)", next((ln for ln in meta.splitlines() if ln.startswith("Requires-Python:")), ""))
     python_floor = (int(floor.group(1)), int(floor.group(2))) if floor else (3, 10)
+    extras = sorted({EXTRA_FOR[EXERCISES[i].slug] for i in ids if EXERCISES[i].slug in EXTRA_FOR})
     return SETUP_SH.format(wheel=wheel.name, torch=torch.replace(" ", ""), python_floor=python_floor,
+                           extras=f"[{','.join(extras)}]" if extras else "",
                            python_text=".".join(map(str, python_floor)))
 
 
@@ -215,7 +222,7 @@ def export_gradescope(out: Path, exercises: str | None = None, timeout: float = 
         config = {"exercises": ids, "timeout": timeout, "memory": memory, "cpu": cpu}
         target = out / "autograder.zip"
         with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
-            for name, text in (("setup.sh", _setup_sh(wheel)), ("run_autograder", RUN_AUTOGRADER)):
+            for name, text in (("setup.sh", _setup_sh(wheel, ids)), ("run_autograder", RUN_AUTOGRADER)):
                 info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
                 info.external_attr = (stat.S_IFREG | 0o755) << 16  # executable once unzipped
                 z.writestr(info, text)
