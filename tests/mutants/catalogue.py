@@ -58,6 +58,15 @@ def int8_case(case: str, name: str) -> Mutant:
                   f"the int8 check skips its case {case.split(',')[0]}", INT8_CATALOGUE)
 
 
+H2O_CATALOGUE = ["tests/test_grading_probes.py", "tests/test_grading.py", "-k", "h2o or probe"]
+
+
+def h2o_case(title: str, name: str) -> Mutant:
+    """The H2O check without one of its scripted cases (the case's tuple built and dropped)."""
+    return Mutant(f"probe-h2o-{name}", "swkv_teach/grading/h2o.py", f'    cases.append(("{title}"',
+                  f'    (lambda case: None)(("{title}"', f"the H2O check skips its case {title!r}", H2O_CATALOGUE)
+
+
 M = Mutant
 MUTANTS = [
     # ------------------------------------------------------------- the window convention
@@ -269,6 +278,26 @@ MUTANTS = [
     M("probe-int8-random", "swkv_teach/grading/int8.py",
       "for i, (shape, dtype) in enumerate([", "for i, (shape, dtype) in enumerate([] and [",
       "the int8 check skips its six random cases", INT8_CATALOGUE),
+    h2o_case('one query, old scores [0.2, 0.1, 0.05, 0, 0], budget 4, recent 1: which token goes?', 'which-goes'),
+    h2o_case('4 heads that disagree, batch 2', 'heads-disagree'),
+    h2o_case('batch rows that disagree', 'batch-disagree'),
+    h2o_case('old scores [2.0, 0.1, 0.2, 0.3, 0]', 'old-scores'),
+    h2o_case('recent window 3, the newest tokens attended least', 'recent-window'),
+    h2o_case('keys in slot order: positions [4, 9, 5, 6, 7, 8]', 'slot-order'),
+    h2o_case('a chunk of 3 queries, 8 keys, budget 5, recent 1', 'chunk'),
+    h2o_case('the newest token is attended most, budget 4, recent 2', 'newest-most'),
+    h2o_case("all-zero attention (ties)", "zero-attention"),
+    h2o_case('all-zero attention (ties), keys in ring slot order after a wrap', 'zero-attention-wrapped'),
+    h2o_case('equal scores (ties) in slot order, batch 2, 3 heads, bfloat16', 'equal-scores-bf16'),
+    h2o_case('under budget (4 keys, budget 6)', 'under-budget'),
+    M("probe-h2o-stream", "swkv_teach/grading/h2o.py", "    _stream(fn, dev)\n", "",
+      "the H2O check skips its 40-step stream", H2O_CATALOGUE),
+    M("probe-h2o-silent-stream", "swkv_teach/grading/h2o.py", "    _silent_stream(fn, dev)\n", "",
+      "the H2O check skips its stream of ties", H2O_CATALOGUE),
+    M("probe-h2o-random", "swkv_teach/grading/h2o.py", "    for i in range(60):\n", "    for i in range(0):\n",
+      "the H2O check skips its 60 random cases", H2O_CATALOGUE),
+    M("probe-h2o-random-ties", "swkv_teach/grading/h2o.py", "    for i in range(20):\n", "    for i in range(0):\n",
+      "the H2O check skips its 20 random cases with ties", H2O_CATALOGUE),
     # ------------------------------------------------------------- the gradebook
     M("grade-check-timeout-as-cell-timeout", "swkv_teach/grading/grade.py",
       "timeouts = sorted(i for i in timed_out if i < learner_cells)", "timeouts = sorted(timed_out)",

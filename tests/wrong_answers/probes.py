@@ -201,3 +201,36 @@ def zero_rows_divided_by_the_largest_scale(x):
 
 for _fn in (truncates_to_int8, signed_max, zero_rows_divide_by_zero, scale_floor, zero_rows_divided_by_the_largest_scale):
     _int8(_fn)
+
+
+# ------------------------------------------------------------------ the H2O check's scripted cases
+# Catalogued slips (tests/wrong_answers/h2o.py) that each scripted case is the first to reject, registered again
+# with the case's title as the words their message must hold: without the case, a later one rejects them under
+# another title. (The cases "old scores [2.0, ...]", "the newest token is attended most", "under budget", the two
+# streams and the random cases are the first to reject no catalogued slip: the mutation run lists them.)
+def _h2o_first_caught_by(title: str, slip):
+    def answer(scores, weights, positions, budget, recent):
+        return slip(scores, weights, positions, budget, recent)
+
+    answer.__name__ = answer.__qualname__ = f"{slip.__name__}_first_caught_by_its_case"
+    answer.__doc__ = f"Needs the case {title.strip()!r}: {slip.__doc__.strip()}"
+    return wrong("check_h2o_keep", title)(answer)
+
+
+def _register_h2o():
+    from tests.wrong_answers import h2o as slips
+
+    for title, slip in [
+        ("one query, old scores [0.2, 0.1, 0.05, 0, 0], budget 4, recent 1: which token goes?", slips.evicts_oldest),
+        ("4 heads that disagree, batch 2", slips.first_head_only),
+        ("batch rows that disagree", slips.first_batch_row),
+        ("recent window 3, the newest tokens attended least", slips.evicts_only_one),
+        ("keys in slot order: positions [4, 9, 5, 6, 7, 8]", slips.returns_indices),
+        ("a chunk of 3 queries, 8 keys, budget 5, recent 1", slips.newest_query_only),
+        ("all-zero attention (ties)\n", slips.ties_evict_newest),  # the line ends there: not the wrapped case
+        ("all-zero attention (ties), keys in ring slot order after a wrap", slips.ties_by_topk),
+    ]:
+        _h2o_first_caught_by(title, slip)
+
+
+_register_h2o()
