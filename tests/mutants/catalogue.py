@@ -8,8 +8,11 @@ own tests, not by accident elsewhere). ``why`` says what the bug would do.
 The list follows issue 24's audit (off-by-ones in the window, ring slots, blocks
 freed, int8 scales, H2O's protected window, RoPE signs and offsets, grader
 tolerances loosened 100x, a skipped probe, a gradebook status, bench ratios) and
-adds the neighbours of each. When the code moves on, a mutant whose snippet is gone
-is reported ``stale``: update its snippet, do not delete it silently.
+adds the neighbours of each. The ``probe-*`` mutants remove one probe of a check (a
+scenario, a case, a stream) and run the catalogue of wrong answers: a survivor is a
+probe that no catalogued answer needs (tests/wrong_answers/probes.py holds the answers
+written for them). When the code moves on, a mutant whose snippet is gone is reported
+``stale``: update its snippet, do not delete it silently.
 """
 
 from __future__ import annotations
