@@ -158,7 +158,8 @@ class WindowCache(Cache):
                 "attention_mask has zeros (a padded batch): hf_cache serves unpadded batches only, since a ring "
                 "returns one-token keys in slot order and HF's padding mask is in position order. Pass sequences "
                 "of equal length (attention_mask all ones, or None)")
-        # layer 0 directly: Cache.get_seq_length's abstract-class isinstance test is ~1 µs, and every layer here is one
+        # layer 0 directly: every layer here is a CacheLayerMixin, and Cache.get_seq_length first tests that (an ABC
+        # isinstance, ~0.3 µs a step)
         if self.batch is None or self.layers[0].get_seq_length() == 0:
             self.batch = batch
         elif batch != self.batch:
