@@ -100,7 +100,7 @@ class Int8RingBufferKVCache(KVCache):
     in ``B:``) and one float32 scale buffer ``(2B, H, W, 1)``; the two rings (``_data`` for the
     int8, ``_scales`` for the scales) hold halves of them as their ``k_buf``/``v_buf`` views and
     keep the slots, positions and chunks. One token is quantised, written and dequantised for
-    keys and values together, one tensor op each.
+    keys and values together: one copy per buffer, one conversion and one scaling for the window.
     """
 
     def __init__(self, window_size: int):
@@ -160,6 +160,9 @@ class Int8RingBufferKVCache(KVCache):
                 self._set_like(torch.empty(B, H, 1, D, dtype=k_new.dtype, device=k_new.device))
             if k_new.shape[2] > 1:
                 return self._update_chunk(k_new, v_new)
+        # one token, written here rather than by the rings: safe because their k_buf/v_buf are views of _q and _s
+        # (their chunk path, positions, ordered() and state read what this writes) and both are advanced by one;
+        # tests/test_int8_fast_path.py breaks if either stops holding
         x = torch.cat((k_new, v_new))  # (2B, H, 1, D): keys then values, as the buffers hold them
         q, scale = _quantize_rows(x.detach() if x.requires_grad else x)  # (2B, H, 1, D) whole numbers, (2B, H, 1, 1)
         slot = self._data._claim_slot()
