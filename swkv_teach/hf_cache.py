@@ -146,6 +146,13 @@ class WindowCache(Cache):
         self.batch: int | None = None  # set by the first forward after construction or reset
 
     def reset(self):
+        """Forget every token: the cache serves a new sequence (any batch) as if just made.
+
+        Full layers are replaced by fresh ``DynamicLayer`` objects rather than reset: transformers 5.15's
+        ``CacheLayerMixin.reset`` zeroes the keys in place and keeps them (cache_utils.py:87-91 there), so a
+        reset full layer would still count its old tokens and attend over zero keys.
+        """
+        self.layers = [DynamicLayer() if isinstance(layer, DynamicLayer) else layer for layer in self.layers]
         super().reset()
         self.batch = None
 

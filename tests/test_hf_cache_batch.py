@@ -57,8 +57,8 @@ def test_a_new_batch_is_refused_while_tokens_are_held_whichever_kind_layer_0_is(
 
 def test_emptied_layers_take_a_new_batch():
     """Layers emptied one by one (not through ``WindowCache.reset``) hold no tokens, so any batch goes; then
-    the new batch is held to. Every layer slides here: transformers 5.15's ``DynamicLayer.reset`` keeps its
-    empty tensors, batch included, so a hybrid stack could not change batch after a reset anyway."""
+    the new batch is held to. Every layer slides here: transformers 5.15's ``DynamicLayer.reset`` zeroes its
+    tensors and keeps them, batch included, so full layers reset one by one could not take a new batch."""
     torch.manual_seed(0)
     config = transformers.MistralConfig(**DIMS, num_hidden_layers=2, sliding_window=4)
     model = transformers.MistralForCausalLM(config).eval()
@@ -74,3 +74,19 @@ def test_emptied_layers_take_a_new_batch():
     cache.reset()
     run(model, cache, ids[:1, :2])
     assert cache.get_seq_length() == 2
+
+
+@pytest.mark.parametrize("first", ["sliding_attention", "full_attention"])
+def test_a_reset_cache_serves_a_new_sequence_as_a_fresh_one_does(first):
+    """Regression (transformers 5.15): ``WindowCache.reset`` called ``DynamicLayer.reset``, which there zeroes
+    the full layers' keys in place and keeps them, so a reset cache still counted the old tokens (12 after
+    6 + 6) and attended over zero keys (logits off by ~2e-2). Now: the same logits as a fresh cache, any batch."""
+    model = build(first)
+    ids = torch.randint(0, DIMS["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(5))
+    cache = hf_cache(model)
+    run(model, cache, ids[:1, :6])
+    cache.reset()
+    got = run(model, cache, ids)
+    want = run(model, hf_cache(model), ids)
+    assert [layer.get_seq_length() for layer in cache.layers] == [7, 7]
+    assert torch.equal(got, want)
