@@ -12,7 +12,7 @@
 # %% [markdown]
 # # Lesson 0 — Why a KV cache, and why a *sliding-window* one
 #
-# **Time:** about 75 minutes for the lesson (the bandwidth section included), plus 10–20 for [exercise 02](../exercises/02_sliding_window_mask.ipynb), done where the lesson reaches it. **You need:**
+# **Time:** about 75 minutes for the lesson (the bandwidth section included), plus 10–20 for [exercise 01](../exercises/01_sliding_window_mask.ipynb), done where the lesson reaches it. **You need:**
 # Python, PyTorch tensors and matrix products, and what attention computes, `softmax(q Kᵀ / √d) V` (Karpathy's
 # "Let's build GPT" or d2l.ai's attention chapter is enough).
 #
@@ -387,7 +387,7 @@ print("keys per query, window:", band.sum(1).tolist())
 
 # %% [markdown]
 # **Your turn (10 minutes):** build this mask yourself in
-# [exercises/02_sliding_window_mask.ipynb](../exercises/02_sliding_window_mask.ipynb). Then come back: the
+# [exercises/01_sliding_window_mask.ipynb](../exercises/01_sliding_window_mask.ipynb). Then come back: the
 # next cell shows a mask that is off by one, in code you may meet.
 #
 # ### Whose `W`? The off-by-one in Mistral's reference code

@@ -12,7 +12,7 @@
 # %% [markdown]
 # # Lesson 1 — A sliding-window KV cache in six steps
 #
-# **Time:** about 45 minutes for the lesson, plus 15–30 for [exercise 01](../exercises/01_sliding_window_cache.ipynb), which you do in the middle of the lesson, before you see step 4's code. **You need:** lesson 0 (why a window bounds the cache, the convention).
+# **Time:** about 45 minutes for the lesson, plus 15–30 for [exercise 02](../exercises/02_sliding_window_cache.ipynb), which you do in the middle of the lesson, before you see step 4's code. **You need:** lesson 0 (why a window bounds the cache, the convention).
 #
 # **By the end you will be able to**
 #
@@ -151,7 +151,7 @@ for x in [1.0, 2.0, 3.0, 4.0, 5.0]:
 # > more than `window_size` tokens, drop the oldest, and return what the cache holds *after* dropping.
 # > Which end of the token axis holds the oldest token, and which one line of indexing keeps only the
 # > newest `window_size`? Work it out yourself in
-# > [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb): write the whole
+# > [exercises/02_sliding_window_cache.ipynb](../exercises/02_sliding_window_cache.ipynb): write the whole
 # > class and run its check cell, which grades your cache against the library's on many shapes, dtypes and
 # > lengths. Then come back and compare with step 4; step 5 shows what goes wrong if you return before
 # > evicting.
@@ -315,7 +315,7 @@ print("library cache:", theirs)
 # * The slice is a free view; the `torch.cat` copies the whole window at every step: O(W) time and
 #   a fresh allocation per token (lesson 3).
 #
-# If you skipped it, do [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb)
+# If you skipped it, do [exercises/02_sliding_window_cache.ipynb](../exercises/02_sliding_window_cache.ipynb)
 # now: its checks try shapes, dtypes and lengths this lesson did not.
 #
 # ## Going further

@@ -135,7 +135,7 @@ compare_policies(24, 4, policies=("sliding", "lru"), access_pattern="0")
 #
 # * Predict first, then check with the explorer: with `W = 5`, which slot of the ring holds token 13, and
 #   which token does token 15 overwrite? With `sinks` (`S = 2`, `W = 4`), which tokens are held at step 20?
-# * Not done with lesson 1's cache yet? [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb).
+# * Not done with lesson 1's cache yet? [exercises/02_sliding_window_cache.ipynb](../exercises/02_sliding_window_cache.ipynb).
 #   The ring buffer's exercise comes with lesson 3, which teaches it; the sinks' with lesson 5.
 #
 # ## Going further

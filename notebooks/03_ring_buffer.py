@@ -12,7 +12,7 @@
 # %% [markdown]
 # # Lesson 3 — The rolling buffer cache: the same window without copying it
 #
-# **Time:** about 80 minutes for the lesson (RoPE included), plus 25–45 for [exercise 03](../exercises/03_ring_buffer.ipynb) and 20–35 for [exercise 07](../exercises/07_chunk_mask.ipynb), both done where the lesson reaches them. **You need:**
+# **Time:** about 80 minutes for the lesson (RoPE included), plus 25–45 for [exercise 03](../exercises/03_ring_buffer.ipynb) and 20–35 for [exercise 04](../exercises/04_chunk_mask.ipynb), both done where the lesson reaches them. **You need:**
 # lessons 0–2 (the convention, lesson 1's cache, slots in the explorer).
 #
 # **By the end you will be able to**
@@ -368,7 +368,7 @@ print("query", p, "may see every returned key:", window_mask([p], ring.positions
 # not from the keys' index in the tensor.
 #
 # > **Your turn (20–35 minutes):** write that mask in
-# > [exercises/07_chunk_mask.ipynb](../exercises/07_chunk_mask.ipynb), then come back.
+# > [exercises/04_chunk_mask.ipynb](../exercises/04_chunk_mask.ipynb), then come back.
 #
 # Here are short, readable versions of the two library functions this lesson has been calling,
 # `window_mask` and `cached_attention` (the library's versions add argument checks, sinks, and PyTorch's fused SDPA):
@@ -498,7 +498,7 @@ print("ring contents (time order) == naive cache, bit for bit:", same_contents)
 # * The buffer's address and `nbytes` never change once it is full; the output matches the oracle.
 #
 # Not done yet? [exercises/03_ring_buffer.ipynb](../exercises/03_ring_buffer.ipynb) (the ring) and
-# [exercises/07_chunk_mask.ipynb](../exercises/07_chunk_mask.ipynb) (the chunk mask).
+# [exercises/04_chunk_mask.ipynb](../exercises/04_chunk_mask.ipynb) (the chunk mask).
 #
 # ## Going further
 #

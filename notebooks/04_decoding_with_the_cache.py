@@ -12,7 +12,7 @@
 # %% [markdown]
 # # Lesson 4 — Decoding with the cache
 #
-# **Time:** about 75 minutes for the lesson, plus 25–45 for [exercise 06](../exercises/06_cached_decode.ipynb), done where the lesson reaches it. **You need:** lessons 1–3 (the caches, `seen` vs stored, masks from
+# **Time:** about 75 minutes for the lesson, plus 25–45 for [exercise 05](../exercises/05_cached_decode.ipynb), done where the lesson reaches it. **You need:** lessons 1–3 (the caches, `seen` vs stored, masks from
 # positions).
 #
 # **By the end you will be able to**
@@ -212,7 +212,7 @@ print("query 115 sees positions", pos[mask[-1]].min().item(), "to", pos[mask[-1]
 # %% [markdown]
 # Query 100 sees `37..100` and query 115 sees `52..115`: 64 keys each, as the convention says. This
 # is the [chunk contract](../docs/cheatsheet.md#the-chunk-contract), whose mask you wrote in
-# [exercise 07](../exercises/07_chunk_mask.ipynb) after lesson 3. Now
+# [exercise 04](../exercises/04_chunk_mask.ipynb) after lesson 3. Now
 # the whole 200-character text, in chunks of several sizes, including sizes that do not divide 200
 # and one chunk of everything. Each must reproduce the oracle:
 
@@ -335,7 +335,7 @@ plt.close(fig)
 # which is why every test in this course runs well past the window (several times its length) and why the library names
 # `seen` and `len(cache)` apart.
 #
-# **Your turn:** [exercises/06_cached_decode.ipynb](../exercises/06_cached_decode.ipynb) has you write
+# **Your turn:** [exercises/05_cached_decode.ipynb](../exercises/05_cached_decode.ipynb) has you write
 # `decode_step` yourself: positions from `seen`, one cache per layer, the mask from `cache.positions`,
 # checked against the oracle token by token and with a prompt chunk. Do it now, before section 7,
 # which writes a forward pass out in full.

@@ -12,7 +12,7 @@
 # %% [markdown]
 # # Lesson 5 — Eviction policies: LRU, the window, and attention sinks
 #
-# **Time:** about 50 minutes for the lesson, plus 20–35 for [exercise 04](../exercises/04_lru_cache.ipynb) and 25–45 for [exercise 05](../exercises/05_sink_cache.ipynb). **You need:** lessons 1–4 (the ring buffer, positions, the trained
+# **Time:** about 50 minutes for the lesson, plus 20–35 for [exercise 06](../exercises/06_lru_cache.ipynb) and 25–45 for [exercise 07](../exercises/07_sink_cache.ipynb). **You need:** lessons 1–4 (the ring buffer, positions, the trained
 # decoder and RoPE).
 #
 # **By the end you will be able to**
@@ -274,7 +274,7 @@ display(fig)
 # So an LRU cache is only a sliding window while nobody reads it. If you need lookups, read with
 # `peek`, or drop LRU and evict by position: `RingBufferKVCache` cannot be talked out of its window.
 #
-# **Your turn:** [exercises/04_lru_cache.ipynb](../exercises/04_lru_cache.ipynb) has you build the
+# **Your turn:** [exercises/06_lru_cache.ipynb](../exercises/06_lru_cache.ipynb) has you build the
 # LRU cache, promotion and all, and the grader checks the eviction order.
 #
 # ## 4. Attention sinks
@@ -301,7 +301,7 @@ print("stored, in order:   ", sinks.stored_positions().tolist(), "| seen:", sink
 # Positions 0 and 1 stay in slots 0 and 1; positions 2, 3, … cycle through slots 2–5 (position `p` in
 # slot `2 + (p - 2) % 4`), so position 10 has just overwritten position 6 in slot 2.
 #
-# **Your turn:** [exercises/05_sink_cache.ipynb](../exercises/05_sink_cache.ipynb) has you build
+# **Your turn:** [exercises/07_sink_cache.ipynb](../exercises/07_sink_cache.ipynb) has you build
 # the sink cache on top of a ring buffer; the grader replays long streams against the oracle.
 #
 # Decode attention over this cache must equal the oracle with the rule `j <= i and (j < S or

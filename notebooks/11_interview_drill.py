@@ -452,7 +452,7 @@ for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
 # * Q16: [lesson 0](00_why_cache.ipynb), section 2; Q17: [lesson 6](06_measuring.ipynb), section 5; Q18:
 #   [lesson 4](04_decoding_with_the_cache.ipynb), section 8.
 # * Building the naive cache yourself: [lesson 1](01_six_steps.ipynb) and
-#   [exercises/01_sliding_window_cache.ipynb](../exercises/01_sliding_window_cache.ipynb).
+#   [exercises/02_sliding_window_cache.ipynb](../exercises/02_sliding_window_cache.ipynb).
 # * All sources: [references](../docs/references.md); formulas: [cheat sheet](../docs/cheatsheet.md).
 #
 # ## Going further

@@ -12,7 +12,7 @@
 # %% [markdown]
 # # Exercise 03: a ring buffer cache
 #
-# The cache of exercise 01 copies the whole window at every step. A ring buffer allocates `W` slots once and
+# The cache of exercise 02 copies the whole window at every step. A ring buffer allocates `W` slots once and
 # writes token `p` into slot `p % W`, overwriting the token that just left the window: no copy, no allocation.
 # The catch: its slots are not in chronological order, so it also reports each slot's absolute position.
 #

@@ -16,7 +16,7 @@
 # PagedAttention, Kwon et al., SOSP 2023). Each sequence has a *block table*: the pool blocks it holds, in
 # order. With a sliding window a sequence can hand a block back as soon as all of its tokens have left the
 # window, so its memory stays flat while the pool serves other sequences. This exercise is that bookkeeping,
-# without the tensors: which blocks a sequence holds after each token. Lesson 8 draws it.
+# without the tensors: which blocks a sequence holds after each token. Lesson 7 draws it.
 #
 # **How this notebook works.** Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError` line), run the cell, then run the check cell below it. `check_paged_window` prints one line starting with ✅ when your answer is right; otherwise it stops with an `ExerciseFailed` message naming the first case that went wrong, what was expected, what you returned, and a hint. Run it as often as you like.
 #

@@ -14,7 +14,7 @@
 #
 # Keys and values in float16 take 2 bytes an element; in int8, one, plus a scale. The library's
 # `Int8RingBufferKVCache` quantises every token it stores with one **absmax** scale per token and head,
-# and dequantises what attention reads. Here you write those two functions. Lesson 8 measures what it saves
+# and dequantises what attention reads. Here you write those two functions. Lesson 7 measures what it saves
 # and what it costs on the trained checkpoint.
 #
 # **How this notebook works.** Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError` line), run the cell, then run the check cell below it. `check_int8_quantize` prints one line starting with ✅ when your answer is right; otherwise it stops with an `ExerciseFailed` message naming the first case that went wrong, what was expected, what you returned, and a hint. Run it as often as you like.

@@ -16,7 +16,7 @@
 # that attention has used *least*: every query adds the attention it paid to each stored key to that key's
 # score, and when the cache is over budget the lowest total goes, except for the `recent` newest tokens,
 # which are always kept. TOVA (Oren et al. 2024) is the same idea with no memory: only the newest query's
-# attention counts. Lesson 9 ([notebooks/09_which_tokens_to_keep.ipynb](../notebooks/09_which_tokens_to_keep.ipynb))
+# attention counts. Lesson 8 ([notebooks/08_which_tokens_to_keep.ipynb](../notebooks/08_which_tokens_to_keep.ipynb))
 # measures both on the trained model; here you write the step that `swkv_teach.H2OKVCache` takes after each
 # attention.
 #

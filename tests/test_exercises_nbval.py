@@ -40,9 +40,9 @@ def outcomes(tmp_path_factory):
     for name in NAMES:
         (d / f"stub_{name}").write_bytes((ROOT / "exercises" / name).read_bytes())
         nbformat.write(spliced(name), d / f"filled_{name}")
-    ex = nbformat.read(ROOT / "exercises" / "02_sliding_window_mask.ipynb", as_version=4)
+    ex = nbformat.read(ROOT / "exercises" / "01_sliding_window_mask.ipynb", as_version=4)
     answer = next(n for n, c in enumerate(ex.cells) if c.metadata.get("swkv", {}).get("role") == "answer")
-    wrong = spliced("02_sliding_window_mask.ipynb", {answer: [WRONG_MASK]})
+    wrong = spliced("01_sliding_window_mask.ipynb", {answer: [WRONG_MASK]})
     nbformat.write(wrong, d / "wrong_02_sliding_window_mask.ipynb")
     files = sorted(p.name for p in d.glob("*.ipynb"))
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--nbval-lax", "--rootdir", str(d), "-q", "-rA"]

@@ -37,8 +37,8 @@ from tests.test_exercises_nbval import spliced
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every setting differs from the default (all exercises, 60 s, 4G, 600 s CPU).
-GRADED, TIMEOUT, MEMORY, CPU = "02,03", 12, "2G", 90
-MASK, RING = "02_sliding_window_mask.ipynb", "03_ring_buffer.ipynb"
+GRADED, TIMEOUT, MEMORY, CPU = "01,03", 12, "2G", 90
+MASK, RING = "01_sliding_window_mask.ipynb", "03_ring_buffer.ipynb"
 # What a kernel capped by MEMORY and CPU reports from inside (limits.py: hard CPU limit = soft + 5 s).
 CAPS_SEEN = f"limits AS=({2 * 2**30}, {2 * 2**30}) CPU=({CPU}, {CPU + 5})"
 pytestmark = pytest.mark.slow
@@ -49,7 +49,7 @@ def answer_cell(nb):
 
 
 def mask_answer(body: str):
-    """Exercise 02 with ``body`` as the function's answer."""
+    """Exercise 01 with ``body`` as the function's answer."""
     ex = nbformat.read(ROOT / "exercises" / MASK, as_version=4)
     return spliced(MASK, {answer_cell(ex): [body]})
 
@@ -145,7 +145,7 @@ def test_the_zip_has_gradescopes_layout_and_the_course_wheel(autograder):
     assert "download.pytorch.org/whl/cpu" in setup, "Gradescope's graders have no GPU: a CPU torch"
     with zipfile.ZipFile(autograder) as z:
         config = json.loads(z.read("swkv_gradescope.json"))
-    assert config == {"exercises": ["02", "03"], "timeout": TIMEOUT, "memory": MEMORY, "cpu": CPU}
+    assert config == {"exercises": ["01", "03"], "timeout": TIMEOUT, "memory": MEMORY, "cpu": CPU}
     with zipfile.ZipFile(autograder) as z, zipfile.ZipFile(z.open(wheels[0])) as wheel:
         inside = wheel.namelist()
     assert "swkv_teach/grading/grade.py" in inside and any(n.startswith("swkv_teach/data/") for n in inside)
@@ -181,7 +181,7 @@ def test_an_unsolved_submission_scores_zero_and_says_not_implemented(results):
 
 
 @pytest.mark.parametrize("case, words", [
-    ("malformed", "These files are not valid notebooks, so they were not graded: 02_sliding_window_mask.ipynb"),
+    ("malformed", "These files are not valid notebooks, so they were not graded: 01_sliding_window_mask.ipynb"),
     ("loop", f"longer than {TIMEOUT} s"),
     ("dead", "kernel died"),
     ("missing", "No .ipynb file in your submission"),
@@ -198,7 +198,7 @@ def test_the_copied_script_grades_with_the_exported_memory_and_cpu_caps(results)
     cell reports the caps its kernel actually ran under."""
     result = results["probe"][0]
     assert CAPS_SEEN in result["output"], result["output"]
-    assert scores(result)["Exercise 02"] == (EXERCISES["02"].points,) * 2, "the probe's answer is right"
+    assert scores(result)["Exercise 01"] == (EXERCISES["01"].points,) * 2, "the probe's answer is right"
 
 
 def test_the_copied_script_fails_loudly_without_its_settings(autograder, tmp_path):
@@ -218,7 +218,7 @@ def test_an_unzipped_copy_run_in_place_reads_the_settings_beside_it(autograder, 
     root.mkdir()
     result, proc = run_autograder(here / "run_autograder", root)
     assert f"settings from {here / 'swkv_gradescope.json'}" in proc.stdout, proc.stdout[-1500:]
-    assert [t["name"].split(":")[0] for t in result["tests"]] == ["Exercise 02", "Exercise 03"]
+    assert [t["name"].split(":")[0] for t in result["tests"]] == ["Exercise 01", "Exercise 03"]
 
 
 def test_setup_sh_installs_a_cpu_torch_at_the_course_floor_and_checks_python(autograder):
@@ -241,7 +241,7 @@ def test_setup_sh_installs_transformers_only_when_an_exercise_needs_it(tmp_path)
     hf_ids = [e.id for e in EXERCISES.values() if e.slug in EXTRA_FOR]
     assert hf_ids == ["11"], "the HF cache-layer exercise is the one needing transformers"
     wheel = course_wheel(tmp_path)
-    with_hf, without = _setup_sh(wheel, ["03", "11"]), _setup_sh(wheel, ["02", "03"])
+    with_hf, without = _setup_sh(wheel, ["03", "11"]), _setup_sh(wheel, ["01", "03"])
     assert f'pip install -q "./{wheel.name}[hf]" ipykernel' in with_hf, with_hf
     assert f'pip install -q "./{wheel.name}" ipykernel' in without, without
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]

@@ -71,7 +71,7 @@ def test_the_solutions_themselves_are_not_changed(tmp_path):
 
 
 def test_a_cell_naming_an_unknown_exercise_is_refused():
-    nb = nbformat.read(SOLUTIONS / "02_sliding_window_mask.ipynb", as_version=4)
+    nb = nbformat.read(SOLUTIONS / "01_sliding_window_mask.ipynb", as_version=4)
     check = next(c for c in nb.cells if (c.metadata.get("swkv") or {}).get("role") == "check")
     check.metadata["swkv"]["exercise"] = "99"
     with pytest.raises(ValueError, match="exercise '99' is not in EXERCISES"):
@@ -152,10 +152,10 @@ def gradebook(tmp_path_factory):
     submissions = {
         "right": {p.name: answered(p) for p in released},
         "blank": {p.name: nbformat.read(p, as_version=4) for p in released[:2]},
-        "wrong": {p.name: answered(p, {"02": WRONG_MASK}) for p in released
+        "wrong": {p.name: answered(p, {"01": WRONG_MASK}) for p in released
                   if p.name.startswith(("02_", "03_"))},
-        "cheat": {p.name: answered(p, {"02": WRONG_MASK}) for p in released if p.name.startswith("02_")},
-        "probe": {p.name: with_probe(answered(p)) for p in released if p.name.startswith("02_")},
+        "cheat": {p.name: answered(p, {"01": WRONG_MASK}) for p in released if p.name.startswith("01_")},
+        "probe": {p.name: with_probe(answered(p)) for p in released if p.name.startswith("01_")},
     }
     cheat = next(iter(submissions["cheat"].values()))
     next(c for c in cheat.cells if c.metadata.get("nbgrader", {}).get("grade")).source = "print('all good')"
@@ -179,7 +179,7 @@ def gradebook(tmp_path_factory):
     print("\nnbgrader grades.csv:\n" + (course / "grades.csv").read_text())
     print("points per exercise: " + json.dumps({s: {k: v for nb in p.values() for k, v in nb.items()}
                                                 for s, p in points.items()}))
-    probe = nbformat.read(course / "autograded" / "probe" / "swkv" / "02_sliding_window_mask.ipynb", as_version=4)
+    probe = nbformat.read(course / "autograded" / "probe" / "swkv" / "01_sliding_window_mask.ipynb", as_version=4)
     seen = "".join(o.get("text", "") for c in probe.cells if PROBE_MARK in c.source for o in c.outputs)
     return points, totals, submissions, {"log": autograde.stdout + autograde.stderr, "probe": seen}
 
@@ -206,7 +206,7 @@ def test_nbgrader_autograde_gives_zero_to_an_unanswered_notebook(gradebook):
 @pytest.mark.slow
 def test_nbgrader_autograde_gives_zero_to_the_wrong_exercise_only(gradebook):
     points = gradebook[0]["wrong"]
-    assert points["02_sliding_window_mask"] == {"02": 0}
+    assert points["01_sliding_window_mask"] == {"01": 0}
     assert points["03_ring_buffer"] == {"03": EXERCISES["03"].points}
 
 
@@ -220,7 +220,7 @@ def test_export_names_its_platforms(capsys):
 @pytest.mark.slow
 def test_nbgrader_puts_back_a_locked_check_cell_the_student_edited(gradebook):
     """The cheat replaced the check under a wrong answer by a print; autograde runs the released check."""
-    assert gradebook[0]["cheat"]["02_sliding_window_mask"] == {"02": 0}
+    assert gradebook[0]["cheat"]["01_sliding_window_mask"] == {"01": 0}
 
 
 @pytest.mark.slow
@@ -230,7 +230,7 @@ def test_nbgrader_runs_student_code_under_the_exported_memory_and_cpu_caps(grade
     points, _, _, extra = gradebook
     assert f"limits ({2 * 2**30}, {2 * 2**30}) ({CPU}, {CPU + 5})" in extra["probe"], extra["probe"]
     assert "3 GiB refused" in extra["probe"] and "mapped 3 GiB" not in extra["probe"], extra["probe"]
-    assert points["probe"]["02_sliding_window_mask"] == {"02": EXERCISES["02"].points}, "right answers still pass"
+    assert points["probe"]["01_sliding_window_mask"] == {"01": EXERCISES["01"].points}, "right answers still pass"
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from swkv_teach.grading.grade import find_exercises, main
 from tests.test_exercises_nbval import spliced
 
 ROOT = Path(__file__).resolve().parent.parent
-MASK = "02_sliding_window_mask.ipynb"
+MASK = "01_sliding_window_mask.ipynb"
 pytestmark = pytest.mark.slow
 
 
@@ -75,26 +75,26 @@ def test_submissions_are_never_modified(graded):
 def test_right_answers_score_full_points(graded):
     rows = graded[1]
     for name in ("alice_02_sliding_window_mask.ipynb", "reordered.ipynb", "deleted_check_02_sliding_window_mask.ipynb"):
-        assert rows[name]["ex02"] == "2" and rows[name]["total"] == "2", rows[name]
+        assert rows[name]["ex01"] == "2" and rows[name]["total"] == "2", rows[name]
     assert rows["alice_02_sliding_window_mask.ipynb"]["status"] == "ok"
 
 
 def test_hostile_notebooks_get_a_reason(graded):
     rows = graded[1]
     assert rows["loop.ipynb"]["status"] == "timeout" and "10 s" in rows["loop.ipynb"]["reason"]
-    assert rows["loop.ipynb"]["ex02"] == "2", "an interrupted loop does not cost the later checks"
+    assert rows["loop.ipynb"]["ex01"] == "2", "an interrupted loop does not cost the later checks"
     assert rows["crash.ipynb"]["status"] == "kernel died" and rows["crash.ipynb"]["total"] == "0"
     assert rows["truncated.ipynb"]["status"] == "unreadable"
     assert rows["raises.ipynb"]["status"] == "errors" and "ValueError: oops" in rows["raises.ipynb"]["reason"]
-    assert rows["stub.ipynb"]["ex02"] == "0" and "not implemented" in rows["stub.ipynb"]["reason"]
+    assert rows["stub.ipynb"]["ex01"] == "0" and "not implemented" in rows["stub.ipynb"]["reason"]
 
 
 def test_a_failed_official_check_is_status_failed_even_behind_a_fake_success_line(graded):
     rows = graded[1]
     fake, honest = rows["fake_check.ipynb"], rows["stub.ipynb"]
-    assert fake["ex02"] == "0" and fake["total"] == "0", fake
+    assert fake["ex01"] == "0" and fake["total"] == "0", fake
     assert fake["status"] == "failed", "the official check failed; the fake ✅ must not make the row look ok"
-    assert "exercise 02 failed" in fake["reason"], fake
+    assert "exercise 01 failed" in fake["reason"], fake
     assert honest["status"] == "failed", "an honest wrong notebook gets the same status"
     assert rows["raises.ipynb"]["status"] == "errors", "a right answer beside a raising cell is still 'errors'"
 
@@ -140,10 +140,10 @@ def test_clip_cuts_at_a_sentence_or_word_boundary_with_an_ellipsis():
 def test_exercises_are_found_by_metadata_check_call_or_file_name():
     nb = nbformat.v4.new_notebook()
     assert find_exercises(nb, "x.ipynb") == []
-    assert find_exercises(nb, "bob_04_lru_cache.ipynb") == ["04"]
+    assert find_exercises(nb, "bob_06_lru_cache.ipynb") == ["06"]
     nb.cells.append(nbformat.v4.new_code_cell("check_sink_cache(SinkCache)"))
-    nb.cells.append(nbformat.v4.new_markdown_cell("", metadata={"swkv": {"exercise": "01"}}))
-    assert find_exercises(nb, "x.ipynb") == ["01", "05"]
+    nb.cells.append(nbformat.v4.new_markdown_cell("", metadata={"swkv": {"exercise": "02"}}))
+    assert find_exercises(nb, "x.ipynb") == ["02", "07"]
 
 
 # ------------------------------------------------------------------ a class: one folder per student
@@ -185,10 +185,10 @@ def classroom(tmp_path_factory):
 def test_students_csv_has_a_row_per_student_with_points_total_and_max(classroom):
     students = classroom[0]
     assert sorted(students) == ["alice", "bob", "carol", "dave", "erin"]
-    assert (students["alice"]["ex02"], students["alice"]["ex03"], students["alice"]["total"]) == ("2", "3", "5")
+    assert (students["alice"]["ex01"], students["alice"]["ex03"], students["alice"]["total"]) == ("2", "3", "5")
     assert {s["max"] for s in students.values()} == {"5"}, "every row has the class's maximum"
     assert students["bob"]["total"] == "0" and students["bob"]["ex03"] == ""
-    assert "02_sliding_window_mask.ipynb: ok" in students["alice"]["statuses"]
+    assert "01_sliding_window_mask.ipynb: ok" in students["alice"]["statuses"]
     assert "03_ring_buffer.ipynb: ok" in students["alice"]["statuses"]
 
 
@@ -197,13 +197,13 @@ def test_students_csv_says_failed_where_the_gradebook_does(classroom):
     assert book["erin"]["status"] == "failed" and students["erin"]["statuses"] == f"{MASK}: failed"
     assert book["bob"]["status"] == "failed" and students["bob"]["statuses"] == f"{MASK}: failed"
     assert students["erin"]["total"] == "0"
-    assert "check cell of exercise 02 was changed or deleted" in students["erin"]["changed"]
+    assert "check cell of exercise 01 was changed or deleted" in students["erin"]["changed"]
 
 
 def test_an_edited_check_cell_is_flagged_but_the_official_check_decides(classroom):
     carol = classroom[0]["carol"]
-    assert carol["ex02"] == "2", "the official check passed on carol's right answer"
-    assert "check cell of exercise 02 was changed or deleted" in carol["changed"]
+    assert carol["ex01"] == "2", "the official check passed on carol's right answer"
+    assert "check cell of exercise 01 was changed or deleted" in carol["changed"]
     assert classroom[0]["alice"]["changed"] == "" and classroom[0]["bob"]["changed"] == ""
 
 
@@ -228,10 +228,10 @@ def test_changes_compares_code_outside_the_answer_regions():
     assert changes(bare, release) == []
     edited_check = nbformat.from_dict(good)
     role_cell(edited_check, "check").source = "print('✅ passed')"
-    assert changes(edited_check, release) == ["the check cell of exercise 02 was changed or deleted"]
+    assert changes(edited_check, release) == ["the check cell of exercise 01 was changed or deleted"]
     no_check = nbformat.from_dict(good)
     no_check.cells.remove(role_cell(no_check, "check"))
-    assert changes(no_check, release) == ["the check cell of exercise 02 was changed or deleted"]
+    assert changes(no_check, release) == ["the check cell of exercise 01 was changed or deleted"]
     no_imports = nbformat.from_dict(good)
     del no_imports.cells[3]  # import torch, the check function ...
     found = changes(no_imports, release)
@@ -268,7 +268,7 @@ def test_released_defaults_to_the_packaged_exercises_then_asks_for_the_path(tmp_
     assert students.default_released(elsewhere) is None
     (tmp_path / "subs" / "gus").mkdir(parents=True)
     nbformat.write(spliced(MASK), tmp_path / "subs" / "gus" / MASK)
-    row = {"notebook": "x", "exercises": {"02": 2}, "status": "ok", "reason": "", "feedback": []}
+    row = {"notebook": "x", "exercises": {"01": 2}, "status": "ok", "reason": "", "feedback": []}
     target = students.write_students([row], [tmp_path / "subs" / "gus" / MASK], [tmp_path / "subs"], None, tmp_path)
     assert next(csv.DictReader(target.open()))["changed"] == \
         f"{MASK}: not compared (pass --released PATH (the course's exercises/ folder))"
@@ -301,7 +301,7 @@ def test_grading_kernels_talk_over_ipc_and_print_no_tcp_warning(tmp_path, capfd)
     printed = capfd.readouterr()
     row = next(csv.DictReader((out / "gradebook.csv").open()))
     assert "RuntimeError: transport ipc" in row["reason"], row
-    assert row["ex02"] == "2", "the probe cell does not stop the check"
+    assert row["ex01"] == "2", "the probe cell does not stop the check"
     feedback = next((out / "feedback").glob("*.txt")).read_text()
     for text in (printed.out, printed.err, feedback):
         assert "without encryption" not in text, text[-1500:]

@@ -29,7 +29,7 @@ def graded(tmp_path_factory):
     nb.cells = [
         nbformat.v4.new_code_cell("import swkv_teach.grading  # warm: the official check's import is then instant"),
         nbformat.v4.new_code_cell("def sliding_window_mask(seq_len, window_size):\n    while True:\n        pass",
-                                  metadata={"swkv": {"exercise": "01"}}),
+                                  metadata={"swkv": {"exercise": MASK.id}}),
     ]
     nbformat.write(nb, d / "loops_in_the_check.ipynb")
     out = tmp_path_factory.mktemp("out")
@@ -44,12 +44,12 @@ def test_the_row_is_failed_with_zero_points_not_a_cell_timeout(graded):
     assert rc == 0 and len(rows) == 1
     row = rows[0]
     assert row["status"] == "failed", row
-    assert row["ex01"] == "0" and row["total"] == "0", row
+    assert row[f"ex{MASK.id}"] == "0" and row["total"] == "0", row
 
 
 def test_the_reason_names_the_exercise_and_the_limit_not_a_cell_beyond_the_notebook(graded):
     row = graded[1][0]
-    assert "exercise 01 failed" in row["reason"], row
+    assert f"exercise {MASK.id} failed" in row["reason"], row
     assert f"ran longer than {TIMEOUT} s" in row["reason"], row
     assert "cell 3" not in row["reason"] and "of 2" not in row["reason"], "the notebook has two cells"
 

@@ -5,6 +5,7 @@ returns or raises makes a grader crash."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = load()
 RIGHT = load_right()
 HAS_ACCELERATOR = swkv_teach.device().type != "cpu"
+HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 
 
 def check(name):
@@ -38,10 +40,10 @@ def test_catalogue_is_large_and_covers_every_exercise():
     per = {}
     for w in CATALOGUE:
         per[w.check] = per.get(w.check, 0) + 1
-    assert len(CATALOGUE) >= 90, len(CATALOGUE)
-    issue_10 = {e.check for e in grading.EXERCISES.values() if e.id <= "06"}
-    assert set(per) >= issue_10, per
-    assert all(per[c] >= 10 for c in issue_10), per
+    assert len(CATALOGUE) >= 250, len(CATALOGUE)
+    every = {e.check for e in grading.EXERCISES.values()} - ({"check_hf_cache_layer"} if not HAS_TRANSFORMERS else set())
+    assert set(per) >= every, sorted(every - set(per))
+    assert all(per[c] >= 10 for c in every), per
     assert all(w.__doc__ and w.__doc__.strip() for w in CATALOGUE), "every wrong answer names its bug"
 
 
@@ -69,7 +71,8 @@ def test_right_answers_cover_every_exercise_in_several_styles():
     per = {}
     for r in RIGHT:
         per[r.check] = per.get(r.check, 0) + 1
-    assert set(per) >= {e.check for e in grading.EXERCISES.values() if e.id <= "06"}
+    # the cache, mask, ring, decode, LRU and sink exercises (01-03, 05-07) take free-form answers, in any style
+    assert set(per) >= {grading.EXERCISES[i].check for i in ("01", "02", "03", "05", "06", "07")}
     assert all(n >= 3 for n in per.values()), per
 
 
@@ -180,7 +183,7 @@ def test_no_learner_answer_crashes_a_grader(name):
 def test_not_implemented_is_reported_kindly():
     class Stub:
         def __init__(self, window_size):
-            raise NotImplementedError("exercise 01: replace these two lines with your code")
+            raise NotImplementedError("exercise 02: replace these two lines with your code")
 
     with pytest.raises(ExerciseFailed, match="not implemented yet"):
         grading.check_sliding_window_cache(Stub)

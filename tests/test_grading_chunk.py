@@ -1,4 +1,4 @@
-"""Exercise 07's check (the chunk contract) is fair, sharp and covers what the statement leaves free.
+"""Exercise 04's check (the chunk contract) is fair, sharp and covers what the statement leaves free.
 
 Its catalogue of wrong answers is tests/wrong_answers/chunk.py, run by test_grading.py with all the
 others; here: right answers written five ways pass, the cases vary every free dimension, the
@@ -87,7 +87,7 @@ def test_the_librarys_own_mask_is_refused_as_an_answer(oracle):
 
 
 def test_the_exercise_is_registered():
-    ex = EXERCISES["07"]
+    ex = EXERCISES["04"]
     assert (ex.slug, ex.call) == ("chunk_mask", "check_chunk_mask(chunk_mask)")
 
 

@@ -36,7 +36,7 @@ def fails(check, *answer, words=()):
     assert all(w in msg for w in words), info.value
 
 
-# ------------------------------------------------------------------ exercise 06: logits within 1e-4 + 1e-3 |x|
+# ------------------------------------------------------------------ exercise 05: logits within 1e-4 + 1e-3 |x|
 DECODE_ATOL, DECODE_RTOL = 1e-4, 1e-3
 
 

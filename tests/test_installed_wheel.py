@@ -30,7 +30,7 @@ from swkv_teach.grading.export_gradescope import build_wheel
 from tests.test_exercises_nbval import spliced
 
 ROOT = Path(__file__).resolve().parent.parent
-MASK = "02_sliding_window_mask.ipynb"
+MASK = "01_sliding_window_mask.ipynb"
 pytestmark = pytest.mark.slow
 
 
@@ -103,7 +103,7 @@ def test_grade_compares_with_the_packaged_exercises_outside_the_checkout(install
     run([str(bin_dir / "swkv-teach"), "grade", "submissions", "--out", "gb", "--timeout", "60", "--jobs", "2"], work)
     students = {r["student"]: r for r in csv.DictReader((work / "gb" / "students.csv").open())}
     book = {Path(r["notebook"]).parent.name: r for r in csv.DictReader((work / "gb" / "gradebook.csv").open())}
-    assert students["ann"]["ex02"] == "2" and students["ann"]["changed"] == "", students["ann"]
-    assert "the check cell of exercise 02 was changed or deleted" in students["ben"]["changed"], students["ben"]
+    assert students["ann"]["ex01"] == "2" and students["ann"]["changed"] == "", students["ann"]
+    assert "the check cell of exercise 01 was changed or deleted" in students["ben"]["changed"], students["ben"]
     assert not any("not compared" in r["changed"] for r in students.values()), students
     assert f"kernel uses {bin_dir.parent}" in book["ben"]["reason"], "the kernel runs the installed wheel"

@@ -135,9 +135,9 @@ def test_the_largest_finite_values_of_half_dtypes_come_back_finite_and_exact(dty
     assert_within_half_a_step(back, x)
 
 
-@pytest.mark.xfail(strict=True, reason="library bug (issue 24): 127 * fl(max / 127) overflows float32 arithmetic")
 def test_the_largest_finite_float32_comes_back_finite():
-    """float32's max: the scale fl(max / 127) rounds up, and 127 * scale in float32 is inf, not max."""
+    """Regression (issue 24): float32's max: the scale fl(max / 127) rounds up, and 127 * scale in float32 was inf,
+    not max. The scale is now capped at the largest float32 whose 127 multiple is finite."""
     big = torch.finfo(torch.float32).max
     x = torch.tensor([[big, -big, 1.0]])
     q, scale = quantize_int8(x)

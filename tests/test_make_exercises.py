@@ -47,14 +47,14 @@ def _copy(tmp_path):
 
 def test_refuses_to_overwrite_a_learners_work_and_force_keeps_a_backup(tmp_path, capsys):
     args = _copy(tmp_path)
-    target = tmp_path / "exercises" / "01_sliding_window_cache.ipynb"
+    target = tmp_path / "exercises" / "02_sliding_window_cache.ipynb"
     mine = target.read_bytes().replace(b"# YOUR CODE HERE", b"# my work")
     target.write_bytes(mine)
     assert main(args) == 1
-    assert "01_sliding_window_cache.ipynb" in capsys.readouterr().err
+    assert "02_sliding_window_cache.ipynb" in capsys.readouterr().err
     assert target.read_bytes() == mine, "refusal writes nothing"
     assert main(args + ["--force"]) == 0
-    backups = list(target.parent.glob("01_sliding_window_cache.ipynb.bak-*"))
+    backups = list(target.parent.glob("02_sliding_window_cache.ipynb.bak-*"))
     assert len(backups) == 1 and backups[0].read_bytes() == mine
     assert target.read_bytes() != mine and main(args + ["--check"]) == 0
 
@@ -64,7 +64,7 @@ def test_regenerating_unchanged_files_is_allowed_and_check_spots_stale_exercises
     assert main(args) == 0, "files as last generated may be rewritten"
     manifest = json.loads((tmp_path / "exercises" / ".generated.json").read_text())
     assert set(manifest["files"]) == {p.name for p in (tmp_path / "solutions").glob("*.ipynb")}
-    sol = tmp_path / "solutions" / "02_sliding_window_mask.ipynb"
+    sol = tmp_path / "solutions" / "01_sliding_window_mask.ipynb"
     nb = nbformat.read(sol, as_version=4)
     nb.cells.append(nbformat.v4.new_markdown_cell("a new remark"))
     nbformat.write(nb, sol)

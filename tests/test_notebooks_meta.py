@@ -269,6 +269,21 @@ def test_every_exercise_is_linked_from_a_lesson():
     assert not exercises - linked, f"exercises no lesson links to: {sorted(exercises - linked)}"
 
 
+def test_exercises_are_numbered_in_the_order_the_lessons_reach_them():
+    """Issue 19: a learner following the lessons meets exercise 01 first, then 02, and so on (it once went
+    02, 01, 03, 07, 06, ...). Reads each lesson's text in order, the header's time line included."""
+    met = []
+    for rel in LESSONS:
+        text = "\n".join(c.source for c in _read(rel).cells if c.cell_type == "markdown")
+        for m in EXERCISE_LINK.finditer(text):
+            name = Path(m.group(1)).name
+            if name not in met:
+                met.append(name)
+    assert met, "no lesson links an exercise"
+    assert met == sorted(met), f"exercises in the order a learner meets them: {met}"
+    assert [n[:2] for n in met] == [f"{i:02d}" for i in range(1, len(met) + 1)], met
+
+
 # ----------------------------------------------------------------------------- the path and known errors
 # Issue 19: each of these pins a sentence a reviewer found wrong (or a path out of order), so that the
 # error cannot come back unnoticed. They read the stored notebooks' text, as a learner does.
@@ -297,13 +312,13 @@ def test_every_lesson_header_gives_its_time():
         assert re.search(r"\*\*Time:\*\*[^\n]*\d+ min", first), f"{rel}: the opening cell gives no **Time:** in minutes"
 
 
-def test_exercise_01_is_linked_before_step_4_shows_the_slice():
-    """Lesson 1 sends the learner to exercise 01 before it prints the eviction slice (no transcription)."""
+def test_exercise_02_is_linked_before_step_4_shows_the_slice():
+    """Lesson 1 sends the learner to exercise 02 before it prints the eviction slice (no transcription)."""
     text = _lesson_text("01_", kinds=("markdown", "code"))
-    link = text.find("exercises/01_sliding_window_cache.ipynb")
+    link = text.find("exercises/02_sliding_window_cache.ipynb")
     slice_ = text.find("[:, :, -")
-    assert link != -1 and slice_ != -1, "lesson 1 should link exercise 01 and show the slice [:, :, -W:]"
-    assert link < slice_, "lesson 1 shows the slice [:, :, -W:] before it links exercise 01"
+    assert link != -1 and slice_ != -1, "lesson 1 should link exercise 02 and show the slice [:, :, -W:]"
+    assert link < slice_, "lesson 1 shows the slice [:, :, -W:] before it links exercise 02"
 
 
 def test_drill_q13_receptive_field_is_32_times_4095():

@@ -50,6 +50,18 @@ QMAX = 127  # symmetric int8 range [-127, 127]: -128 is left unused so +absmax a
 _QMAX = torch.tensor(float(QMAX))
 
 
+def _largest_scale() -> float:
+    """The largest float32 scale ``s`` with ``127 * s`` finite: float32's max / 127 rounds *up*, and 127 times
+    that overflows to inf, so a row holding float32's largest values would dequantise to inf."""
+    s = torch.tensor(torch.finfo(torch.float32).max / QMAX, dtype=torch.float32)
+    while torch.isinf(s * QMAX):
+        s = torch.nextafter(s, torch.zeros(()))
+    return s.item()
+
+
+_SCALE_MAX = _largest_scale()
+
+
 def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantise ``x`` ``(..., head_dim)`` with one absmax scale per row (per token and head for KV).
 
@@ -70,6 +82,7 @@ def _quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """
     x32 = x if x.dtype is torch.float32 else x.to(torch.float32)
     scale = torch.linalg.vector_norm(x32, float("inf"), dim=-1, keepdim=True).div_(_QMAX)  # (..., 1) absmax / 127
+    scale.clamp_(max=_SCALE_MAX)  # only float32's very largest rows: q * scale must stay finite
     xw, sw = (x, scale.double()) if x.dtype == torch.float64 else (x32, scale)
     # a zero row divides 0 by 0 (nan) and becomes 0, as does ±inf from a scale that underflowed to 0;
     # the clamp matters only for subnormal scales, whose rounding can push |x / scale| past 127.5

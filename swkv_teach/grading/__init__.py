@@ -42,19 +42,20 @@ class Exercise:
         return f"{self.check}({self.target})"
 
 
+# Numbered in the order the lessons reach them (lesson 0 links 01, lesson 1 links 02, ...).
 EXERCISES = {
     e.id: e
     for e in (
-        Exercise("01", "sliding_window_cache", "check_sliding_window_cache", "SlidingWindowKVCache", 2),
-        Exercise("02", "sliding_window_mask", "check_sliding_window_mask", "sliding_window_mask", 2),
+        Exercise("01", "sliding_window_mask", "check_sliding_window_mask", "sliding_window_mask", 2),
+        Exercise("02", "sliding_window_cache", "check_sliding_window_cache", "SlidingWindowKVCache", 2),
         Exercise("03", "ring_buffer", "check_ring_buffer_cache", "RingBufferKVCache", 3),
-        Exercise("04", "lru_cache", "check_lru_cache", "LRUCache", 2),
-        Exercise("05", "sink_cache", "check_sink_cache", "SinkCache", 3),
-        Exercise("06", "cached_decode", "check_cached_decode", "decode_step", 3),
-        Exercise("10", "h2o_eviction", "check_h2o_keep", "h2o_keep", 3),
-        Exercise("07", "chunk_mask", "check_chunk_mask", "chunk_mask", 2),
+        Exercise("04", "chunk_mask", "check_chunk_mask", "chunk_mask", 2),
+        Exercise("05", "cached_decode", "check_cached_decode", "decode_step", 3),
+        Exercise("06", "lru_cache", "check_lru_cache", "LRUCache", 2),
+        Exercise("07", "sink_cache", "check_sink_cache", "SinkCache", 3),
         Exercise("08", "paged_cache", "check_paged_window", "PagedWindow", 3),
         Exercise("09", "int8_kv", "check_int8_quantize", "quantize, dequantize", 2),
+        Exercise("10", "h2o_eviction", "check_h2o_keep", "h2o_keep", 3),
         Exercise("11", "hf_cache_layer", "check_hf_cache_layer", "RingLayer, ring_cache", 3),
     )
 }

@@ -1,4 +1,4 @@
-"""Watching a learner's decode step, to name its bug (exercise 06).
+"""Watching a learner's decode step, to name its bug (exercise 05).
 
 :class:`Spy` wraps the graded model's parts and hands the learner caches that
 record how they are used. Per call it knows, for each layer: the positions

@@ -1,4 +1,4 @@
-"""The step driver shared by the cache checks (exercises 01, 03, 05): runs, live instances, memory.
+"""The step driver shared by the cache checks (exercises 02, 03, 07): runs, live instances, memory.
 
 A *run* feeds labelled tokens (:mod:`._tokens`) one per ``update`` to one learner
 cache and to the library's cache of the same kind (the oracle), and hands each

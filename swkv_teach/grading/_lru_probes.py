@@ -1,4 +1,4 @@
-"""Probes for exercise 04's check: each runs a few operations on a fresh instance of the learner's LRU cache
+"""Probes for exercise 06's check: each runs a few operations on a fresh instance of the learner's LRU cache
 and names one bug only when the cache behaves exactly as that bug would (see :func:`diagnose`).
 
 Also the comparison of answers (:func:`same`): keys and values may be falsy (0, '', False, a zero tensor), so a

@@ -1,4 +1,4 @@
-"""Refusing the library's own answer handed in as the learner's (exercises 01-05).
+"""Refusing the library's own answer handed in as the learner's (exercises 01-03, 06 and 07).
 
 Every notebook imports :mod:`swkv_teach`, so ``SlidingWindowKVCache =
 swkv_teach.SlidingWindowKVCache`` (or a subclass, a ``functools.partial``, a

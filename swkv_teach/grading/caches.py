@@ -110,8 +110,10 @@ def _window_hint(got: list, exp: list, seen: int, W: int, more: list, zeros: boo
         return counted, False
     if n > len(exp) and got == history[-n:]:
         if n == W + 1:
-            return (f"off by one: you keep W + 1 = {n} tokens; the window holds exactly W = {W} "
-                    "(evict when shape[2] > window_size, then keep [-window_size:])."), False
+            return (f"off by one: update returned W + 1 = {n} tokens; the window holds exactly W = {W}, so the "
+                    "new query would see key i - W. Either the cache keeps W + 1 (evict when shape[2] > "
+                    "window_size, then keep [-window_size:]) or it returns the appended tensors before evicting "
+                    "(evict first, then return self.k, self.v)."), False
         return _hard_coded(n, W), False
     if n < len(exp) and (n == 0 or got == history[-n:]):
         if n == W - 1:
@@ -237,7 +239,7 @@ def _example_isolate(e: ExerciseFailed, cls, snapshot, dev) -> ExerciseFailed:
 
 
 def check_sliding_window_cache(cls) -> None:
-    """Exercise 01: the problem statement's ``SlidingWindowKVCache(window_size)`` with ``update(k_new, v_new)``."""
+    """Exercise 02: the problem statement's ``SlidingWindowKVCache(window_size)`` with ``update(k_new, v_new)``."""
     refuse_library("check_sliding_window_cache", cls, SlidingWindowKVCache, "SlidingWindowKVCache")
     dev = pick_device()
     snapshot = pristine(cls)
@@ -408,7 +410,7 @@ def check_ring_buffer_cache(cls) -> None:
            "ordered() as a copy, no allocation once full and bounded memory.")
 
 
-# ---------------------------------------------------------------- sinks (exercise 05: .sinks, re-exported here)
+# ---------------------------------------------------------------- sinks (exercise 07: .sinks, re-exported here)
 from swkv_teach.grading.sinks import check_sink_cache  # noqa: E402  (the registry imports it from this module)
 
 __all__ = ["as_positions", "check_ring_buffer_cache", "check_sink_cache", "check_sliding_window_cache"]

@@ -1,4 +1,4 @@
-"""Check for exercise 07, the chunk contract: ``chunk_mask(q_positions, k_positions, window_size)``.
+"""Check for exercise 04, the chunk contract: ``chunk_mask(q_positions, k_positions, window_size)``.
 
 After a multi-token update a cache returns its keys in *its* order (a ring's slot order, the
 ``W - 1`` stored keys then the chunk, ...) together with ``positions``; the chunk's queries must
@@ -385,7 +385,7 @@ def _is_the_library(fn) -> bool:
 
 
 def check_chunk_mask(fn) -> None:
-    """Exercise 07: compare ``fn(q_positions, k_positions, window_size)`` with the library's ``window_mask``."""
+    """Exercise 04: compare ``fn(q_positions, k_positions, window_size)`` with the library's ``window_mask``."""
     name = learner_name(fn) if callable(fn) else "your function"
     if _is_the_library(fn):
         raise fail(f"check_chunk_mask({name})", "this is the library's own window_mask (swkv_teach.window_mask), the "

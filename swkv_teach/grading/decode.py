@@ -1,4 +1,4 @@
-"""Check for exercise 06: decoding through per-layer caches, built from the decoder's parts.
+"""Check for exercise 05: decoding through per-layer caches, built from the decoder's parts.
 
 The learner writes ``fn(model, input_ids, caches) -> logits`` for the ``c``
 new tokens ``(B, c)`` with ``model.embed``, each layer's ``attn_norm``,
@@ -146,7 +146,7 @@ def _real_keys(case: str, spy, n_layers: int) -> None:
 
 
 def check_cached_decode(fn) -> None:
-    """Exercise 06: ``fn(model, input_ids, caches)`` must give ``model.forward``'s logits, chunk by chunk."""
+    """Exercise 05: ``fn(model, input_ids, caches)`` must give ``model.forward``'s logits, chunk by chunk."""
     dev = pick_device()
     name = getattr(fn, "__name__", "your function")
     total = 0

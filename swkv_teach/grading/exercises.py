@@ -9,7 +9,7 @@ In a solution notebook the answer code sits between two marker lines::
 The exercise notebook gets, at the same indentation::
 
     # YOUR CODE HERE
-    raise NotImplementedError("exercise 01: replace these two lines with your code")
+    raise NotImplementedError("exercise 02: replace these two lines with your code")
 
 Everything else is copied (the check cells keep their ``swkv`` metadata, which
 ``swkv-teach grade`` reads); outputs and execution counts are cleared and the

@@ -1,4 +1,4 @@
-"""Check for exercise 04: the second seed's LRU cache, ``put(token_id, key, value)`` / ``get(token_id)``.
+"""Check for exercise 06: the second seed's LRU cache, ``put(token_id, key, value)`` / ``get(token_id)``.
 
 Every operation is mirrored on the library's :class:`~swkv_teach.caches.LRUKVCache`
 (the oracle). Every ``get`` must return what the oracle's returns, and after
@@ -319,7 +319,7 @@ def _filling(s: _Script, size: int, rng: random.Random) -> None:
 
 
 def check_lru_cache(cls) -> None:
-    """Exercise 04: ``cls(max_size)`` with ``put``/``get``, ``get`` promoting, ``ValueError`` for ``max_size <= 0``."""
+    """Exercise 06: ``cls(max_size)`` with ``put``/``get``, ``get`` promoting, ``ValueError`` for ``max_size <= 0``."""
     refuse_library("check_lru_cache", cls, LRUKVCache, "LRUCache")
     try:
         _scenarios(cls)

@@ -1,4 +1,4 @@
-"""Check for exercise 02: ``sliding_window_mask(seq_len, window_size) -> (T, T)`` bool mask.
+"""Check for exercise 01: ``sliding_window_mask(seq_len, window_size) -> (T, T)`` bool mask.
 
 The expected mask is the library's :func:`swkv_teach.masks.sliding_window_mask`
 (the convention ``i - W < j <= i``). Cases run smallest first, so the first
@@ -123,7 +123,7 @@ def _mask_hint(fn, got: torch.Tensor, T: int, W: int) -> str:
 
 
 def check_sliding_window_mask(fn) -> None:
-    """Exercise 02: compare ``fn(seq_len, window_size)`` with the library's mask for every small case."""
+    """Exercise 01: compare ``fn(seq_len, window_size)`` with the library's mask for every small case."""
     refuse_library("check_sliding_window_mask", fn, sliding_window_mask, "sliding_window_mask")
     name = getattr(fn, "__name__", "your function")
     n = 0

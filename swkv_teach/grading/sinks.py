@@ -1,4 +1,4 @@
-"""Check for exercise 05: ``SinkCache(num_sinks, window_size)``, the first ``num_sinks`` tokens forever plus
+"""Check for exercise 07: ``SinkCache(num_sinks, window_size)``, the first ``num_sinks`` tokens forever plus
 the last ``window_size``, in any order its ``positions`` describe.
 
 Driven like the other cache checks (:mod:`._drive`: shapes, dtypes, zero tokens, live instances, memory);
@@ -125,7 +125,7 @@ class SinkJudge(Judge):
 
 
 def check_sink_cache(cls) -> None:
-    """Exercise 05: ``SinkCache(num_sinks, window_size)``: the first ``num_sinks`` tokens forever plus the last W."""
+    """Exercise 07: ``SinkCache(num_sinks, window_size)``: the first ``num_sinks`` tokens forever plus the last W."""
     refuse_library("check_sink_cache", cls, SinkKVCache, "SinkCache")
     dev = pick_device()
     check_runs(SinkJudge, cls, SINK_RUNS, dev, pristine(cls))

@@ -1,4 +1,4 @@
-"""Right answers to exercises 01 (sliding window), 03 (ring buffer) and 05 (sinks), in many styles."""
+"""Right answers to exercises 02 (sliding window), 03 (ring buffer) and 07 (sinks), in many styles."""
 
 from collections import deque
 

@@ -1,4 +1,4 @@
-"""Right answers to exercise 06, decode_step(model, input_ids, caches)."""
+"""Right answers to exercise 05, decode_step(model, input_ids, caches)."""
 
 import torch
 

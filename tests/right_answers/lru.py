@@ -1,4 +1,4 @@
-"""Right answers to exercise 04, LRUCache(max_size) with put/get."""
+"""Right answers to exercise 06, LRUCache(max_size) with put/get."""
 
 from collections import OrderedDict
 

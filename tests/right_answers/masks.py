@@ -1,4 +1,4 @@
-"""Right answers to exercise 02, sliding_window_mask(seq_len, window_size)."""
+"""Right answers to exercise 01, sliding_window_mask(seq_len, window_size)."""
 
 import torch
 

@@ -1,4 +1,4 @@
-"""Wrong answers to exercise 07, chunk_mask(q_positions, k_positions, window_size).
+"""Wrong answers to exercise 04, chunk_mask(q_positions, k_positions, window_size).
 
 Each is a mistake a learner makes on the chunk contract; the words after the check name must
 appear in the message that rejects it. The last two have no named diagnosis: their messages must
@@ -65,7 +65,7 @@ def positions_from_column_index(q_positions, k_positions, window_size):
 
 @wrong(NAME, "lengths", "not from the positions")
 def mask_from_lengths(q_positions, k_positions, window_size):
-    """Exercise 02's mask on indices: queries are the last len(q) of len(k) keys, positions unused."""
+    """Exercise 01's mask on indices: queries are the last len(q) of len(k) keys, positions unused."""
     nq, nk = len(q_positions), len(k_positions)
     i = torch.arange(nk - nq, nk, device=q_positions.device)[:, None]
     j = torch.arange(nk, device=q_positions.device)[None, :]

@@ -1,4 +1,4 @@
-"""Wrong answers to exercise 06, decode_step(model, input_ids, caches)."""
+"""Wrong answers to exercise 05, decode_step(model, input_ids, caches)."""
 
 import torch
 
@@ -58,7 +58,7 @@ def decode_calls_step(model, input_ids, caches):
 @wrong("check_cached_decode", "not implemented yet")
 def decode_stub(model, input_ids, caches):
     """The exercise as generated: the stub."""
-    raise NotImplementedError("exercise 06: replace these two lines with your code")
+    raise NotImplementedError("exercise 05: replace these two lines with your code")
 
 
 # ---------------------------------------------------------------- issue 10: each misses by >= 10x the tolerance

@@ -1,4 +1,4 @@
-"""Wrong answers to exercise 04, LRUCache(max_size) with put/get."""
+"""Wrong answers to exercise 06, LRUCache(max_size) with put/get."""
 
 from collections import OrderedDict
 

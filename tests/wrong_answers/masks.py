@@ -1,4 +1,4 @@
-"""Wrong answers to exercise 02, sliding_window_mask(seq_len, window_size)."""
+"""Wrong answers to exercise 01, sliding_window_mask(seq_len, window_size)."""
 
 import torch
 

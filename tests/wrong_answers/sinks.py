@@ -1,4 +1,4 @@
-"""Wrong answers to exercise 05, SinkCache(num_sinks, window_size)."""
+"""Wrong answers to exercise 07, SinkCache(num_sinks, window_size)."""
 
 import torch
 

@@ -1,4 +1,4 @@
-"""Wrong answers to exercise 01, SlidingWindowKVCache (the seed's reference, each with one bug)."""
+"""Wrong answers to exercise 02, SlidingWindowKVCache (the seed's reference, each with one bug)."""
 
 import torch
 
@@ -62,6 +62,17 @@ class KeepsWPlus1(_Seed):
         W = self.window_size + 1
         self.k, self.v = self.k[:, :, -W:], self.v[:, :, -W:]
         return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "off by one", "w + 1", "before evicting")
+class ReturnsBeforeEvicting(_Seed):
+    """Keeps W tokens but returns the appended W + 1 before evicting (the hint once said "you keep W + 1")."""
+
+    def update(self, k_new, v_new):
+        self.append(k_new, v_new)
+        k, v = self.k, self.v
+        self.k, self.v = self.k[:, :, -self.window_size:], self.v[:, :, -self.window_size:]
+        return k, v
 
 
 @wrong("check_sliding_window_cache", "wrong axis", "dim 1")

@@ -10,7 +10,7 @@
 # ---
 
 # %% [markdown]
-# # Exercise 01: the sliding-window KV cache, in six steps
+# # Exercise 02: the sliding-window KV cache, in six steps
 #
 # Sliding-window attention never looks further back than `window_size` tokens, so a server has no reason to
 # keep older keys and values. Here you build the cache from the problem statement: one method,
@@ -33,7 +33,7 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 
 
 # %% [markdown]
-# ## Exercise 01: `SlidingWindowKVCache`
+# ## Exercise 02: `SlidingWindowKVCache`
 #
 # **Difficulty:** ★☆☆ (1/3) · **Time:** about 15 min · **Points:** 2
 #
@@ -78,7 +78,7 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 #
 # </details>
 
-# %% swkv={"exercise": "01", "role": "answer"}
+# %% swkv={"exercise": "02", "role": "answer"}
 class SlidingWindowKVCache:
     """Keep the last `window_size` tokens' keys and values, shape (batch, heads, tokens, head_dim)."""
 
@@ -105,7 +105,7 @@ class SlidingWindowKVCache:
         ### END SOLUTION
 
 
-# %% swkv={"exercise": "01", "points": 2, "role": "check"}
+# %% swkv={"exercise": "02", "points": 2, "role": "check"}
 check_sliding_window_cache(SlidingWindowKVCache)
 
 # %% [markdown]

@@ -10,7 +10,7 @@
 # ---
 
 # %% [markdown]
-# # Exercise 04: an LRU cache keyed by token id
+# # Exercise 06: an LRU cache keyed by token id
 #
 # A popular blog post builds its "sliding-window" cache as an LRU cache: `put(token_id, key, value)` inserts
 # and evicts the least recently used entry once over `max_size`; `get(token_id)` returns `(key, value)` and
@@ -30,7 +30,7 @@ torch.manual_seed(0)
 DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there too
 
 # %% [markdown]
-# ## Exercise 04: `LRUCache`
+# ## Exercise 06: `LRUCache`
 #
 # **Difficulty:** ★★☆ (2/3) · **Time:** about 20 min · **Points:** 2
 #
@@ -71,7 +71,7 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 #
 # </details>
 
-# %% swkv={"exercise": "04", "role": "answer"}
+# %% swkv={"exercise": "06", "role": "answer"}
 from collections import OrderedDict
 
 
@@ -104,7 +104,7 @@ class LRUCache:
         ### END SOLUTION
 
 
-# %% swkv={"exercise": "04", "points": 2, "role": "check"}
+# %% swkv={"exercise": "06", "points": 2, "role": "check"}
 check_lru_cache(LRUCache)
 
 # %% [markdown]

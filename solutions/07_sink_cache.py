@@ -10,7 +10,7 @@
 # ---
 
 # %% [markdown]
-# # Exercise 05: attention sinks
+# # Exercise 07: attention sinks
 #
 # StreamingLLM (Xiao et al., 2023) noticed that models park a lot of attention on the very first tokens,
 # whatever they say. Evict those and quality drops once the window slides past them. The fix: keep the first
@@ -31,7 +31,7 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 
 
 # %% [markdown]
-# ## Exercise 05: `SinkCache`
+# ## Exercise 07: `SinkCache`
 #
 # **Difficulty:** ★★★ (3/3) · **Time:** about 25 min · **Points:** 3
 #
@@ -75,7 +75,7 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 #
 # </details>
 
-# %% swkv={"exercise": "05", "role": "answer"}
+# %% swkv={"exercise": "07", "role": "answer"}
 class SinkCache:
     """The first num_sinks tokens forever, plus the last window_size; chronological order."""
 
@@ -112,7 +112,7 @@ class SinkCache:
         ### END SOLUTION
 
 
-# %% swkv={"exercise": "05", "points": 3, "role": "check"}
+# %% swkv={"exercise": "07", "points": 3, "role": "check"}
 check_sink_cache(SinkCache)
 
 # %%

@@ -10,7 +10,7 @@
 # ---
 
 # %% [markdown]
-# # Exercise 07: the chunk contract
+# # Exercise 04: the chunk contract
 #
 # A long prompt goes into the cache in chunks (chunked prefill, Mistral 7B paper §2 "Pre-fill and Chunking"),
 # so `update` often receives `c` tokens at once, at positions `n .. n+c-1`. It returns what those `c` queries
@@ -35,7 +35,7 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 
 
 # %% [markdown]
-# ## Exercise 07: `chunk_mask(q_positions, k_positions, window_size)`
+# ## Exercise 04: `chunk_mask(q_positions, k_positions, window_size)`
 #
 # **Difficulty:** ★★☆ (2/3) · **Time:** about 20 min · **Points:** 2
 #
@@ -80,12 +80,12 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 # <details><summary>Hint 2</summary>
 #
 # Two conditions, combined with `&`: causal (`s <= p`: the chunk's later tokens are keys too) and inside the
-# window (`s > p - window_size`). Exercise 02's mask compared indices; here compare positions, so key order
+# window (`s > p - window_size`). Exercise 01's mask compared indices; here compare positions, so key order
 # does not matter.
 #
 # </details>
 
-# %% swkv={"exercise": "07", "role": "answer"}
+# %% swkv={"exercise": "04", "role": "answer"}
 def chunk_mask(q_positions: torch.Tensor, k_positions: torch.Tensor, window_size: int) -> torch.Tensor:
     """(queries, keys) bool: True where the query at q_positions[a] may see the key at k_positions[b]."""
     ### BEGIN SOLUTION
@@ -95,7 +95,7 @@ def chunk_mask(q_positions: torch.Tensor, k_positions: torch.Tensor, window_size
     ### END SOLUTION
 
 
-# %% swkv={"exercise": "07", "points": 2, "role": "check"}
+# %% swkv={"exercise": "04", "points": 2, "role": "check"}
 check_chunk_mask(chunk_mask)
 
 # %% [markdown]

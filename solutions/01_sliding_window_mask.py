@@ -10,7 +10,7 @@
 # ---
 
 # %% [markdown]
-# # Exercise 02: the sliding-window mask
+# # Exercise 01: the sliding-window mask
 #
 # Before caching, sliding-window attention is just a mask on the scores: `mask[i, j]` is `True` where query `i`
 # may attend to key `j`. You will build it for a whole sequence; the library's `window_mask` generalises it to
@@ -31,7 +31,7 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 
 
 # %% [markdown]
-# ## Exercise 02: `sliding_window_mask(seq_len, window_size)`
+# ## Exercise 01: `sliding_window_mask(seq_len, window_size)`
 #
 # **Difficulty:** ★☆☆ (1/3) · **Time:** about 10 min · **Points:** 2
 #
@@ -53,7 +53,7 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 #
 # </details>
 
-# %% swkv={"exercise": "02", "role": "answer"}
+# %% swkv={"exercise": "01", "role": "answer"}
 def sliding_window_mask(seq_len: int, window_size: int) -> torch.Tensor:
     """(seq_len, seq_len) bool: True where query i may attend to key j, i.e. i - W < j <= i."""
     ### BEGIN SOLUTION
@@ -63,7 +63,7 @@ def sliding_window_mask(seq_len: int, window_size: int) -> torch.Tensor:
     ### END SOLUTION
 
 
-# %% swkv={"exercise": "02", "points": 2, "role": "check"}
+# %% swkv={"exercise": "01", "points": 2, "role": "check"}
 check_sliding_window_mask(sliding_window_mask)
 
 # %%

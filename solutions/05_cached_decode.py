@@ -10,7 +10,7 @@
 # ---
 
 # %% [markdown]
-# # Exercise 06: decoding through the caches
+# # Exercise 05: decoding through the caches
 #
 # Now plug a cache into a model. `swkv_teach.model.Decoder` is a small Mistral-style decoder. Its
 # `forward(input_ids)` computes all logits at once with the sliding-window mask (the oracle). You will write
@@ -32,7 +32,7 @@ from swkv_teach.model import Decoder, DecoderConfig
 
 
 # %% [markdown]
-# ## Exercise 06: `decode_step(model, input_ids, caches)`
+# ## Exercise 05: `decode_step(model, input_ids, caches)`
 #
 # **Difficulty:** ★★☆ (2/3) · **Time:** about 25 min · **Points:** 3
 #
@@ -82,7 +82,7 @@ from swkv_teach.model import Decoder, DecoderConfig
 #
 # </details>
 
-# %% swkv={"exercise": "06", "role": "answer"}
+# %% swkv={"exercise": "05", "role": "answer"}
 def decode_step(model, input_ids: torch.Tensor, caches) -> torch.Tensor:
     """Logits (B, c, vocab) for the c new tokens input_ids (B, c), through one KV cache per layer."""
     ### BEGIN SOLUTION
@@ -98,7 +98,7 @@ def decode_step(model, input_ids: torch.Tensor, caches) -> torch.Tensor:
     ### END SOLUTION
 
 
-# %% swkv={"exercise": "06", "points": 3, "role": "check"}
+# %% swkv={"exercise": "05", "points": 3, "role": "check"}
 check_cached_decode(decode_step)
 
 # %%
@@ -114,10 +114,10 @@ print("tokens held per layer:", [len(c) for c in caches], "after", caches[0].see
 # %% [markdown]
 # ### Interview follow-up
 #
-# A colleague computes the RoPE positions as `torch.arange(len(cache), len(cache) + c)`. The first `W` tokens come out right. What goes wrong after that, and why do tests at short lengths miss it?
+# A colleague computes the RoPE positions as `torch.arange(len(cache), len(cache) + c)`. The first `W + 1` tokens come out right (positions 0..W: token `W` gets position `len(cache) = W`, by luck). What goes wrong after that, and why do tests at short lengths miss it?
 #
 # <details><summary>One good answer</summary>
 #
-# `len(cache)` counts tokens *stored*, which stops at `W` once the window is full, while the true position keeps growing. From then on every new token is rotated as if it sat at position `W`, and the query positions given to the mask are wrong too, so logits drift from the oracle. Any test with fewer than `W + 1` tokens cannot see it: always test past the window, and name the two counts apart (`seen` vs stored), as the library's caches do.
+# `len(cache)` counts tokens *stored*, which stops at `W` once the window is full, while the true position keeps growing. From then on every new token is rotated as if it sat at position `W`, and the query positions given to the mask are wrong too, so logits drift from the oracle. Any test of at most `W + 1` tokens misses it (lesson 4 measures the first wrong position at `W + 1`): always test past the window, and name the two counts apart (`seen` vs stored), as the library's caches do.
 #
 # </details>
