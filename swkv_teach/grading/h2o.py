@@ -202,6 +202,12 @@ def _normalise(case, got, n_keys):
     return pos.cpu()[order].tolist(), sc.detach().cpu().double()[order]
 
 
+def _tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """``(rtol, atol)`` for scores from weights of ``dtype``: float32/float64 to rounding of the sum, float16/bfloat16
+    to their own 3-4 significant digits (the learner may add in the weights' dtype)."""
+    return (2e-2, 2e-3) if dtype in (torch.float16, torch.bfloat16) else (1e-5, 1e-6)
+
+
 def _slip_answer(slip, args):
     """A slip's (positions sorted, scores in that order) on ``args``; None if the slip cannot run there."""
     try:
@@ -224,8 +230,7 @@ def _confirmed(found, probe) -> list:
         mine = probe((s, w, p, b, r))
         if mine is None:
             continue
-        half = w.dtype in (torch.float16, torch.bfloat16)
-        rtol, atol = (2e-2, 2e-3) if half else (1e-5, 1e-6)
+        rtol, atol = _tolerance(w.dtype)
         survivors = []
         for name, hint in kept:
             theirs = _slip_answer(slips[name], (s, w, p, b, r))
@@ -242,14 +247,8 @@ def _diagnose(case, args, got_pos, got_sc, exp_pos, exp_sc, rtol, atol, probe=No
     ``probe``: the learner's answer on other arguments, to confirm a slip on the scripted cases before naming it."""
     shown = dict(expected=f"positions {exp_pos}, scores {[round(x, 4) for x in exp_sc.tolist()]}",
                  got=f"positions {got_pos}, scores {[round(x, 4) for x in got_sc.tolist()]}")
-    answers = []
-    for name, hint, slip in SLIPS:
-        try:
-            sp, ss = slip(*args)
-        except Exception:  # a slip that cannot even run on this case is not the learner's
-            continue
-        order = torch.argsort(sp)  # compared as the learner's answer is: sorted by position
-        answers.append((name, hint, sp[order].tolist(), ss[order].double()))
+    answers = [(name, hint, *answer) for name, hint, slip in SLIPS
+               if (answer := _slip_answer(slip, args)) is not None]  # a slip that cannot run here is not theirs
     for full in (True, False):  # exact matches first; then matches on the (wrong) positions alone
         found = [(name, hint) for name, hint, sp, ss in answers
                  if sp == got_pos and ((len(ss) == len(got_sc) and torch.allclose(ss, got_sc, rtol, atol))
@@ -297,8 +296,7 @@ def _one(fn, title, scores, weights, positions, budget, recent, device):
             raise fail(case, f"your function changed the `{name}` it was given (in place).",
                        hint="the caller still needs its tensors: compute new ones (scores + ..., not scores += ...).")
     got_pos, got_sc = _normalise(case, got, len(positions))
-    half = weights.dtype in (torch.float16, torch.bfloat16)
-    rtol, atol = (2e-2, 2e-3) if half else (1e-5, 1e-6)
+    rtol, atol = _tolerance(weights.dtype)
     if got_pos != exp_pos or not torch.allclose(got_sc, exp_sc, rtol, atol):
         def probe(args):
             try:
