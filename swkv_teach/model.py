@@ -59,7 +59,7 @@ import torch.nn.functional as F
 from swkv_teach._validate import check_nonnegative_int, check_positive_int
 from swkv_teach.attention import PagedPlan, attend_paged, cached_attention, paged_plan
 from swkv_teach.caches import CACHE_KINDS, KVCache, make_cache
-from swkv_teach.caches.paged import write_to_blocks
+from swkv_teach.caches.pool import write_to_blocks
 from swkv_teach.caches._state import load_many, sum_stats
 from swkv_teach.masks import window_mask
 

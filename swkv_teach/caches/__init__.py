@@ -30,7 +30,8 @@ from swkv_teach.caches.base import KVCache
 from swkv_teach.caches.h2o import H2OKVCache
 from swkv_teach.caches.int8 import Int8RingBufferKVCache
 from swkv_teach.caches.lru import LRUKVCache
-from swkv_teach.caches.paged import BlockPool, PagedKVCache, PoolExhausted
+from swkv_teach.caches.paged import PagedKVCache
+from swkv_teach.caches.pool import BlockPool, PoolExhausted
 from swkv_teach.caches.ring import RingBufferKVCache
 from swkv_teach.caches.scored import ScoredKVCache
 from swkv_teach.caches.sinks import SinkKVCache

@@ -128,7 +128,7 @@ def check_room(pairs) -> None:
             entry[2] += held
     for pool, wanted, held in need.values():
         if wanted > pool.free_blocks + held:
-            from swkv_teach.caches.paged import PoolExhausted
+            from swkv_teach.caches.pool import PoolExhausted
 
             raise PoolExhausted(
                 f"{pool!r} cannot take this state: it needs {wanted} block{'s' * (wanted != 1)}, the pool has "

@@ -154,7 +154,7 @@ MUTANTS = [
     M("paged-block-bound", "swkv_teach/caches/paged.py",
       "return -(-(W - 1) // bs) + 1", "return -(-W // bs) + 1",
       "the bound on blocks per sequence is one too many when bs divides W - 1", PAGED),
-    M("paged-pool-lifo", "swkv_teach/caches/paged.py",
+    M("paged-pool-lifo", "swkv_teach/caches/pool.py",
       "block = self._free.popleft()", "block = self._free.pop()",
       "free blocks handed out last-in first-out", PAGED),
     M("paged-chunk-positions", "swkv_teach/caches/paged.py",
