@@ -10,6 +10,9 @@ What the pictures mark comes from :func:`swkv_teach.trace.record`, which reads
 a real cache's tensors after every step; the attention band comes from
 :func:`swkv_teach.masks.window_mask` (window convention: :mod:`swkv_teach.masks`).
 Tests find the drawn pieces by ``gid`` (``"token-5"``, ``"slot-2"``, ...).
+
+Measured loss per policy is drawn by :mod:`swkv_teach.plots_quality`, serving by
+:mod:`swkv_teach.plots_serving`; their names are importable from here too.
 """
 
 from __future__ import annotations
@@ -20,10 +23,16 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from swkv_teach._figure import DPI
+from swkv_teach._figure import figure_and_axes as _figure_and_axes
 from swkv_teach.masks import window_mask
+# lessons 7 and 8 import these from here: the loss and serving pictures live in their own modules
+from swkv_teach.plots_quality import POLICY_COLORS, plot_intervals, plot_position_losses
+from swkv_teach.plots_serving import plot_pool_occupancy, plot_throughput
 from swkv_teach.trace import Trace, memory_over_steps
 
 __all__ = [
+    "POLICY_COLORS",
     "STATE_COLORS",
     "STATE_LABELS",
     "plot_attention_band",
@@ -41,19 +50,11 @@ __all__ = [
     "plot_token_stream",
 ]
 
-DPI = 100
 # colour-blind-safe: blue = held, orange = pinned sink, grey = gone, white = future
 STATE_COLORS = {"cached": "#4C72B0", "sink": "#DD8452", "evicted": "#BDBDBD", "unseen": "#FFFFFF"}
 STATE_LABELS = {"cached": "in cache", "sink": "sink (pinned)", "evicted": "evicted", "unseen": "not yet seen"}
 READ_COLOR = "#2CA02C"
 ALERT_COLOR = "#D62728"
-
-
-def _figure_and_axes(ax, figsize):
-    if ax is not None:
-        return ax.figure, ax
-    fig = Figure(figsize=figsize, dpi=DPI, layout="constrained")
-    return fig, fig.add_subplot()
 
 
 def _legend_below(ax, handles, ncol: int = 6) -> None:
@@ -358,121 +359,4 @@ def plot_scored_step(trace: Trace, window: Trace, step: int) -> Figure:
                    window.snapshots, trace.tokens, None)  # the same text under the window's cells
     plot_token_stream(window, step, ax=middle.add_subplot())
     plot_scores(trace, step, ax=bottom.add_subplot())
-    return fig
-
-
-POLICY_COLORS = {"window": "#4C72B0", "sinks + window": "#DD8452", "LRU, read by attention": "#8172B3",
-                 "H2O": "#55A868", "TOVA": "#C44E52", "dense": "#555555",
-                 "sinks + window, cache positions": "#937860"}
-
-
-def plot_intervals(table, title: str = "", ax=None, ylabel: str = "held-out loss (nats/char, lower is better)") -> Figure:
-    """Means with 95 % intervals: ``table`` is ``{policy: {budget: interval}}``, any interval with ``mean``, ``low``, ``high``.
-
-    One line per policy over the budgets (log-2 axis), each point with its interval as an
-    error bar, policies nudged sideways so the bars do not hide each other.
-    """
-    fig, ax = _figure_and_axes(ax, (7.5, 4.2))
-    names = list(table)
-    for k, name in enumerate(names):
-        budgets = sorted(table[name])
-        shift = 2 ** ((k - (len(names) - 1) / 2) * 0.04)  # a few percent along the log axis
-        xs = [b * shift for b in budgets]
-        iv = [table[name][b] for b in budgets]
-        bars = ax.errorbar(xs, [i.mean for i in iv], yerr=[[i.mean - i.low for i in iv], [i.high - i.mean for i in iv]],
-                           marker="o", ms=4, capsize=3, lw=1.4, color=POLICY_COLORS.get(name), label=name)
-        bars.lines[0].set_gid(f"policy-{name}")  # the line through the means (not the caps)
-    all_budgets = sorted({b for row in table.values() for b in row})
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(all_budgets, [str(b) for b in all_budgets])
-    ax.set(xlabel="stored tokens per layer (B)", ylabel=ylabel, title=title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=9, loc="upper right")
-    return fig
-
-
-def plot_position_losses(curves, bin_size: int = 32, title: str = "", ax=None, marks=()) -> Figure:
-    """Mean loss by position: ``curves`` is ``{name: (segments, T) losses}``; averaged over segments and bins of ``bin_size``.
-
-    ``marks``: positions to draw as dashed vertical lines (the budget, the training context).
-    """
-    fig, ax = _figure_and_axes(ax, (8.0, 4.0))
-    for name, losses in curves.items():
-        losses = torch.as_tensor(losses, dtype=torch.float64)
-        T = losses.shape[1] // bin_size * bin_size
-        binned = losses[:, :T].reshape(losses.shape[0], -1, bin_size).mean(dim=(0, 2))
-        centres = torch.arange(binned.shape[0]) * bin_size + bin_size / 2
-        ax.plot(centres.tolist(), binned.tolist(), marker=".", lw=1.4, color=POLICY_COLORS.get(name), label=name,
-                gid=f"curve-{name}")
-    for x in marks:
-        ax.axvline(x, color="#888888", ls="--", lw=1)
-    ax.set(xlabel="position in the text", ylabel="loss (nats/char)", title=title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=9)
-    return fig
-
-
-def plot_pool_occupancy(trace, num_blocks: int | None = None) -> Figure:
-    """Blocks of a shared pool over the steps of a :class:`~swkv_teach.serving.Scheduler` run.
-
-    ``trace`` is ``Scheduler.trace``: one dict per step with ``step``, ``used_blocks``,
-    ``reserved_blocks``, ``running`` and ``waiting``. Top: blocks held and blocks promised at
-    admission (and the pool's size, when ``num_blocks`` is given); below, on the same steps,
-    requests running and waiting. Lines drawn as steps (a value holds until the next step);
-    their gids are ``used``, ``reserved``, ``pool``, ``running``, ``waiting``.
-    """
-    if not trace:
-        raise ValueError("trace is empty: run the scheduler (Scheduler.run or .step) before plotting its trace")
-    fig = Figure(figsize=(9.0, 4.6), dpi=DPI, layout="constrained")
-    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(2, 1))
-    steps = [t["step"] for t in trace]
-    top.step(steps, [t["reserved_blocks"] for t in trace], where="post", color="#DD8452", ls="--", lw=1.4,
-             label="blocks promised\n(each request's peak,\nreserved at admission)", gid="reserved")
-    top.step(steps, [t["used_blocks"] for t in trace], where="post", color="#4C72B0", lw=1.8,
-             label="blocks in use", gid="used")
-    if num_blocks is not None:
-        top.axhline(num_blocks, color="0.3", ls=":", lw=1.2, label=f"pool: {num_blocks} blocks", gid="pool")
-    top.set(ylabel="blocks", title="Pool occupancy over the scheduler's steps")
-    top.set_ylim(bottom=0)
-    top.grid(alpha=0.3)
-    top.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    bottom.step(steps, [t["running"] for t in trace], where="post", color="#55A868", lw=1.6,
-                label="requests running", gid="running")
-    bottom.step(steps, [t["waiting"] for t in trace], where="post", color="#8172B3", lw=1.4, ls="--",
-                label="requests waiting", gid="waiting")
-    bottom.set(xlabel="scheduler step (one decode forward over the running requests)", ylabel="requests")
-    bottom.set_ylim(bottom=0)
-    bottom.grid(alpha=0.3)
-    bottom.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return fig
-
-
-def plot_throughput(result, ax=None) -> Figure:
-    """Tokens/s against the most requests per forward: :func:`swkv_teach.bench.serving.serving_throughput`'s result.
-
-    One line through the medians (gid ``batched``) with min..max bars, each point labelled
-    with its ratio to one by one; a dashed line at one by one's median (gid ``one-by-one``).
-    """
-    fig, ax = _figure_and_axes(ax, (6.8, 4.0))
-    rows = result["rows"]
-    cs = [r["concurrency"] for r in rows]
-    med = [r["tokens_per_s"]["median"] for r in rows]
-    low = [r["tokens_per_s"]["median"] - r["tokens_per_s"]["min"] for r in rows]
-    high = [r["tokens_per_s"]["max"] - r["tokens_per_s"]["median"] for r in rows]
-    bars = ax.errorbar(cs, med, yerr=[low, high], marker="o", capsize=3, lw=1.8, color="#4C72B0",
-                       label="continuous batching (one forward per step)")
-    bars.lines[0].set_gid("batched")
-    for c, m, r in zip(cs, med, rows):
-        ax.annotate(f"×{r['ratio_to_one_by_one']:.1f}", (c, m), textcoords="offset points", xytext=(6, -14),
-                    ha="left", fontsize=9)  # below right of its point: under a rising line, clear of the others
-    base = result["one_by_one"]["tokens_per_s"]["median"]
-    ax.axhline(base, color="0.4", ls="--", lw=1.2, label="one by one (generate, batch 1)", gid="one-by-one")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(cs, [str(c) for c in cs])
-    ax.set_xlim(min(cs) / 1.4, max(cs) * 1.6)  # room for the last point's label
-    ax.set_ylim(0, max(max(m + h for m, h in zip(med, high)), base) * 1.15)
-    ax.set(xlabel="most requests per decode forward", ylabel="new tokens / s (whole queue)",
-           title="Throughput against the batch")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=9, loc="upper left")
     return fig

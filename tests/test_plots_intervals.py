@@ -1,4 +1,4 @@
-"""plot_intervals and plot_position_losses: lesson 9's two pictures draw the numbers they are given."""
+"""plot_intervals and plot_position_losses: lesson 8's two pictures draw the numbers they are given."""
 
 from __future__ import annotations
 
