@@ -14,7 +14,7 @@ import functools
 
 from swkv_teach.grading._report import fail, learner_name
 
-__all__ = ["is_own", "library_inside", "refuse_library"]
+__all__ = ["is_own", "kept_inside", "library_inside", "refuse_library"]
 
 
 def is_own(answer, own) -> bool:
@@ -52,10 +52,9 @@ def _library_cache(x) -> bool:
     return isinstance(x, KVCache) and type(x).__module__.startswith("swkv_teach.")
 
 
-def library_inside(obj) -> str | None:
-    """Where ``obj`` is, or keeps (one attribute deep), one of the library's caches; None if it does not."""
-    if _library_cache(obj):
-        return f"your class made a {type(obj).__name__} from swkv_teach.caches"
+def kept_inside(obj, found) -> tuple[str, object] | None:
+    """``(attribute name, value)`` of the first thing ``obj`` keeps, one attribute deep (looking into dicts, lists
+    and tuples), for which ``found(value)`` is true; None if there is none or ``obj`` has no ``__dict__``."""
     try:
         items = vars(obj).items()
     except TypeError:
@@ -64,6 +63,17 @@ def library_inside(obj) -> str | None:
         inner = list(value.values()) if isinstance(value, dict) else (
             list(value) if isinstance(value, (list, tuple)) else [value])
         for x in inner:
-            if _library_cache(x):
-                return f"your cache keeps the library's own {type(x).__name__} in self.{name} and hands it the work"
+            if found(x):
+                return name, x
     return None
+
+
+def library_inside(obj) -> str | None:
+    """Where ``obj`` is, or keeps (one attribute deep), one of the library's caches; None if it does not."""
+    if _library_cache(obj):
+        return f"your class made a {type(obj).__name__} from swkv_teach.caches"
+    kept = kept_inside(obj, _library_cache)
+    if kept is None:
+        return None
+    name, x = kept
+    return f"your cache keeps the library's own {type(x).__name__} in self.{name} and hands it the work"

@@ -31,6 +31,7 @@ import random
 import torch
 
 from swkv_teach.caches.paged import BlockPool, PagedKVCache
+from swkv_teach.grading._own import kept_inside
 from swkv_teach.grading._shared import two_fresh
 from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint, show, learner_name as _name
 
@@ -339,16 +340,10 @@ def _library_inside(obj) -> str | None:
     if isinstance(obj, PagedKVCache):
         return f"{type(obj).__name__} is the library's own PagedKVCache" + (
             "" if type(obj) is PagedKVCache else " (a subclass of it)")
-    try:
-        items = vars(obj).items()
-    except TypeError:
+    kept = kept_inside(obj, lambda x: isinstance(x, PagedKVCache))
+    if kept is None:
         return None
-    for name, value in items:
-        values = list(value.values()) if isinstance(value, dict) else (
-            list(value) if isinstance(value, (list, tuple)) else [value])
-        if any(isinstance(v, PagedKVCache) for v in values):
-            return f"your class keeps the library's own PagedKVCache in self.{name} and hands it the work"
-    return None
+    return f"your class keeps the library's own PagedKVCache in self.{kept[0]} and hands it the work"
 
 
 def _fresh_is_right(cls, W: int, bs: int, n: int) -> bool:
