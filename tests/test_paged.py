@@ -377,3 +377,19 @@ def test_copies_of_a_cache_are_not_a_thing_to_rely_on():
     twin = copy.deepcopy(cache)
     twin.reset()
     assert pool.used_blocks == 2 and twin.pool.free_blocks == 4
+
+
+def test_the_pool_puts_a_saved_state_back_into_the_same_blocks_or_changes_nothing():
+    """claim / reorder_free, what PagedKVCache.load_state_dict uses to restore blocks where they lay (hand-worked)."""
+    pool = BlockPool(4, 2)
+    assert [pool.take(0), pool.take(0)] == [0, 1]  # first in, first out
+    assert pool.free_order() == [2, 3] and pool.is_held(1) and not pool.is_held(2) and not pool.is_held(9)
+    assert not pool.claim([3, 1], owner=5)  # block 1 is held: nothing is claimed, not even 3
+    assert pool.free_order() == [2, 3] and pool.holdings() == {0: [0, 1]}
+    assert pool.claim([3], owner=5) and pool.holdings() == {0: [0, 1], 5: [3]} and pool.free_order() == [2]
+    pool.give(0)
+    pool.reorder_free([0, 2])
+    assert pool.free_order() == [0, 2] and pool.take() == 0
+    with pytest.raises(ValueError, match=r"must list exactly the free blocks \[2\]"):
+        pool.reorder_free([2, 3])
+    assert pool.free_order() == [2]

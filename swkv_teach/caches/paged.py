@@ -57,8 +57,6 @@ Window convention: :mod:`swkv_teach.masks`.
 
 from __future__ import annotations
 
-from collections import deque
-
 import torch
 
 from swkv_teach._validate import check_kv, check_positive_int
@@ -339,7 +337,7 @@ class PagedKVCache(KVCache):
         k = self.pool.k.index_select(0, idx) if self._table else None  # (blocks, block_size, heads, head_dim)
         v = self.pool.v.index_select(0, idx) if self._table else None
         return {"seen": self._seen, "first": self._first, "table": list(self._table), "k_blocks": k,
-                "v_blocks": v, "positions": _state.copy(self._positions), "pool_free": list(self.pool._free)}
+                "v_blocks": v, "positions": _state.copy(self._positions), "pool_free": self.pool.free_order()}
 
     def _blocks_claim(self, sd: dict):
         return self.pool, len(sd["table"]), len(self._table)
@@ -382,13 +380,10 @@ class PagedKVCache(KVCache):
         dtype = _state.dtype_from_name(dt)
         pool = self.pool
         pool.allocate_like(torch.empty(1, H, 1, D, dtype=dtype, device=device))
-        if set(sd["table"]) <= set(pool._free):  # the same ids (BlockPool's queue, edited here on purpose)
-            for block in sd["table"]:
-                pool._free.remove(block)
-                pool._owner[block] = self.sequence_id
+        if pool.claim(sd["table"], self.sequence_id):  # the same ids, when they are free
             self._table = list(sd["table"])
-            if pool.used_blocks == len(self._table) and set(pool._free) == set(sd["pool_free"]):
-                pool._free = deque(sd["pool_free"])  # a pool of its own: the queue as it was
+            if pool.used_blocks == len(self._table) and set(pool.free_order()) == set(sd["pool_free"]):
+                pool.reorder_free(sd["pool_free"])  # a pool of its own: the queue as it was
         else:
             self._table = [pool.take(self.sequence_id) for _ in sd["table"]]
         self._table_t = torch.tensor(self._table, dtype=torch.long, device=device)

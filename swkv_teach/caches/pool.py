@@ -91,6 +91,30 @@ class BlockPool:
         del self._owner[block]
         self._free.append(block)
 
+    def is_held(self, block: int) -> bool:
+        """Whether some sequence holds ``block`` (a free block, or a number that is no block, is not held)."""
+        return block in self._owner
+
+    def free_order(self) -> list[int]:
+        """The free blocks in the order :meth:`take` hands them out (the one free the longest first)."""
+        return list(self._free)
+
+    # a saved state put back where it lay (PagedKVCache.load_state_dict): the same ids, the same queue
+    def claim(self, blocks: list[int], owner: int) -> bool:
+        """Hand exactly ``blocks`` to ``owner`` if every one is free; otherwise change nothing and return False."""
+        if not set(blocks) <= set(self._free):
+            return False
+        for block in blocks:
+            self._free.remove(block)
+            self._owner[block] = owner
+        return True
+
+    def reorder_free(self, order: list[int]) -> None:
+        """Put the free queue in ``order``, which must list exactly the free blocks."""
+        if sorted(order) != sorted(self._free):
+            raise ValueError(f"order {order!r} must list exactly the free blocks {sorted(self._free)}")
+        self._free = deque(order)
+
     def holdings(self) -> dict[int, list[int]]:
         """``{sequence id: [blocks it holds]}``, for messages and figures."""
         out: dict[int, list[int]] = {}

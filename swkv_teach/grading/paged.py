@@ -166,7 +166,7 @@ class _Run:
             hint = _offset_hint(self.cls) or f"token p sits at offset p % block_size = {p % bs} of its block."
             raise fail(case, f"append() put token {p} at offset {offset}.", expected=p % bs, got=offset,
                        what="offset", hint=hint)
-        if block not in self.pool._owner:
+        if not self.pool.is_held(block):
             n = self.pool.num_blocks
             logical = (f" {block} is token {p}'s logical block number, p // block_size = {p} // {bs}: return the "
                        "pool's id for it, the one pool.take() gave you (block_table[-1])." if block == p // bs else "")
@@ -181,7 +181,7 @@ class _Run:
                            hint="a sequence's logical block numbers and the pool's block ids differ as soon as a "
                            "block has gone back to the pool: map one to the other through block_table.")
             raise fail(case, f"append() wrote token {p} into block {block}, which the pool says is free "
-                       f"(free blocks: {sorted(self.pool._free)}).",
+                       f"(free blocks: {sorted(self.pool.free_order())}).",
                        hint="take every block with block = pool.take(), and write only into blocks you hold: "
                        "one given back with pool.give() may be handed to another sequence.")
         if offset == 0:  # a fresh block: whatever an earlier holder wrote there is gone
@@ -195,7 +195,7 @@ class _Run:
     def _check_table(self, s: _Seq, case: str) -> None:
         W, bs, seen = self.W, self.bs, s.seen
         table, positions = s.table(case), s.positions(case)
-        given_back = [b for b in table if b not in self.pool._owner or table.count(b) > 1]
+        given_back = [b for b in table if not self.pool.is_held(b) or table.count(b) > 1]
         if given_back:
             raise fail(case, f"block_table {table} still lists block {given_back[0]}, which you gave back to the pool"
                        f"{' (and took again)' if table.count(given_back[0]) > 1 else ''}.",
@@ -332,7 +332,7 @@ class _Run:
 
 def _held_by(pool: BlockPool, table: list[int]) -> bool:
     """Whether every block of ``table`` (at least one) is held in ``pool``: the sequence does take its blocks."""
-    return bool(table) and all(b in pool._owner for b in table)
+    return bool(table) and all(pool.is_held(b) for b in table)
 
 
 def _library_inside(obj) -> str | None:
@@ -356,7 +356,7 @@ def _fresh_is_right(cls, W: int, bs: int, n: int) -> bool:
             block, offset = probe.append()
             oracle.update(torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1))
             table = list(probe.block_table)
-            if (offset != p % bs or block not in pool._owner or table[-1:] != [block]
+            if (offset != p % bs or not pool.is_held(block) or table[-1:] != [block]
                     or len(table) != len(oracle.block_table)
                     or list(probe.positions) != oracle.stored_positions().tolist()):
                 return False
