@@ -123,6 +123,7 @@ class BlockPool:
         return {s: sorted(b) for s, b in sorted(out.items())}
 
     def describe_holdings(self) -> str:
+        """:meth:`holdings` in words, for error messages ("sequence 0 holds 2 blocks [0, 3], ...")."""
         held = self.holdings()
         if not held:
             return "no sequence holds a block"
