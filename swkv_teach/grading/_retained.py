@@ -49,11 +49,6 @@ class Retained:
     def all_bytes(self) -> int:
         return sum(n for n, _, _, _ in self.storages.values())
 
-    def holds_storage(self, t: torch.Tensor) -> str | None:
-        """The path of what this object keeps that shares ``t``'s memory, or None."""
-        entry = self.storages.get((str(t.device), t.untyped_storage().data_ptr()))
-        return entry[2] if entry else None
-
 
 def _own_class_state(obj):
     """Mutable attributes defined on the object's own classes (not torch's, not the standard library's)."""

@@ -23,7 +23,6 @@ from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehin
 from swkv_teach.grading._report import learner_name as _name
 from swkv_teach.grading._tokens import as_positions, check_kind, labels, read_positions, token, unpack_kv
 
-_make = make  # the name other graders used
 
 SLIDING_RUNS = (
     Run((3,)),  # the problem statement's window first: a window hard-coded to 3 then shows up at 5
