@@ -171,3 +171,22 @@ class Inputs:
                            hint="a cache must never write into its caller's tensors: if you store k_new itself and "
                            "later write into that storage in place (copy_, [...] =, +=), copy it first "
                            "(k_new.clone(), or torch.cat, which makes a new tensor).")
+
+
+def sort_labels(labels_: list) -> list:
+    """Labels sorted so that token 0 and a zero slot "0" stay apart."""
+    return sorted(labels_, key=lambda x: (isinstance(x, str), str(x) if isinstance(x, str) else x))
+
+
+def value_hint(vgot: list, kgot: list, vexp: list, k=None, v=None) -> str:
+    """The hint for values that differ while the keys are right: ``vgot`` / ``vexp`` the labels of the values
+    returned / expected, ``kgot`` of the keys returned; ``k``, ``v`` the tensors (to spot keys returned twice)."""
+    if k is not None and v is not None and k.shape == v.shape and torch.equal(k, v):
+        return "your values equal your keys: update() returns the keys twice (`return self.k, self.k`?)."
+    if any(isinstance(g, str) and g.startswith("k") for g in vgot):
+        return "the values you returned hold keys: are k and v swapped, or k returned twice?"
+    if len(vgot) > len(vexp):
+        return "your keys are right but your values are not evicted: slice self.v exactly as self.k."
+    if vgot == kgot[::-1] or sorted(vgot, key=str) == sorted(vexp, key=str):
+        return "keys and values are in different orders: update them the same way."
+    return "your keys are right but your values are not: update and evict values exactly as keys."

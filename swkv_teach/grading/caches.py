@@ -1,4 +1,4 @@
-"""Checks for the cache exercises: 01 sliding window and 03 ring buffer (05, attention sinks, is in :mod:`.sinks`).
+"""Checks for the cache exercises: 02 sliding window and 03 ring buffer (07, attention sinks, is in :mod:`.sinks`).
 
 Each compares what the learner's ``update`` returns with the library's own cache
 of the same kind (the oracle), exactly, step by step, over the runs of
@@ -21,7 +21,9 @@ from swkv_teach.grading._own import refuse_library
 from swkv_teach.grading._drive import BF16, F16, F64, SHAPE0, Judge, Run, Step, check_runs, interleave, make, pristine, shared_state
 from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint
 from swkv_teach.grading._report import learner_name as _name
-from swkv_teach.grading._tokens import as_positions, check_kind, labels, read_positions, token, unpack_kv
+from swkv_teach.grading._tokens import (as_positions, check_kind, labels, read_positions, sort_labels, token, unpack_kv,
+                                        value_hint)
+from swkv_teach.grading.sinks import check_sink_cache  # re-exported: exercise 07's check, long imported from here
 
 
 SLIDING_RUNS = (
@@ -36,11 +38,6 @@ SLIDING_RUNS = (
     Run((2,), SHAPE0, BF16, zeros=True),
 )
 LIVE = ((2,), (5,), (3,), (3,))  # instances alive together, two with one window (a memo keyed on it)
-
-
-def _lsort(labels_: list) -> list:
-    """Labels sorted so that token 0 and a zero slot "0" stay apart."""
-    return sorted(labels_, key=lambda x: (isinstance(x, str), str(x) if isinstance(x, str) else x))
 
 
 def _shown(runs) -> str:
@@ -100,7 +97,7 @@ def _window_hint(got: list, exp: list, seen: int, W: int, more: list, zeros: boo
     if got == list(range(max(0, seen - 1 - W), seen - 1)) and seen - 1 not in got:
         return ("you returned the cache as it was before this update: add the new token first, then return "
                 "the updated tensors."), False
-    if _lsort(got) == _lsort(exp) and got != exp:
+    if sort_labels(got) == sort_labels(exp) and got != exp:
         if got and got[0] == seen - 1:
             return "newest first: you are prepending. Append at the end, torch.cat([self.k, k_new], dim=2).", False
         return "the right tokens in the wrong order: keep them chronological, oldest first.", False
@@ -136,18 +133,6 @@ def _changed_hint(k: torch.Tensor, ek: torch.Tensor) -> str:
     return "store k_new as given (no arithmetic, no re-ordering of batch, heads or dims)."
 
 
-def _value_hint(vgot: list, kgot: list, vexp: list, k=None, v=None) -> str:
-    if k is not None and v is not None and k.shape == v.shape and torch.equal(k, v):
-        return "your values equal your keys: update() returns the keys twice (`return self.k, self.k`?)."
-    if any(isinstance(g, str) and g.startswith("k") for g in vgot):
-        return "the values you returned hold keys: are k and v swapped, or k returned twice?"
-    if len(vgot) > len(vexp):
-        return "your keys are right but your values are not evicted: slice self.v exactly as self.k."
-    if vgot == kgot[::-1] or sorted(vgot, key=str) == sorted(vexp, key=str):
-        return "keys and values are in different orders: update them the same way."
-    return "your keys are right but your values are not: update and evict values exactly as keys."
-
-
 def _lookahead(cache, start: int, s: Step, run_shape, n: int = 4) -> list:
     """How many tokens the learner's cache returns on ``n`` more updates (a diagnosis aid; failures ignored)."""
     counts = []
@@ -165,7 +150,7 @@ def _compare_values(s: Step, k_labels: list, what: str = "Value positions:") -> 
     if not torch.equal(s.v, s.ev):
         vgot, vexp = labels(s.v, values=True, base=s.base), labels(s.ev, values=True, base=s.base)
         raise fail(s.case, f"the keys are right, the values are not. {what}", expected=vexp, got=vgot,
-                   hint=_value_hint(vgot, k_labels, vexp, s.k, s.v))
+                   hint=value_hint(vgot, k_labels, vexp, s.k, s.v))
 
 
 class SlidingJudge(Judge):
@@ -284,7 +269,7 @@ def _ring_hint(got: list, exp: list, seen: int, W: int, zeros: bool) -> tuple[st
     if "0" in got and "0" not in exp and len(got) > len(exp):
         return ("unfilled slots came back (<empty>, all zeros): before the buffer is full, return only the filled "
                 "slots, k_buf[:, :, :seen]; zero keys would still take attention weight."), False
-    if _lsort(got) == _lsort(exp):
+    if sort_labels(got) == sort_labels(exp):
         if got == sorted(exp, key=lambda x: (isinstance(x, str), x if isinstance(x, int) else 0)):
             return ("you returned the tokens in chronological order; a ring buffer returns its slots in slot "
                     "order (token p lives in slot p % W) without moving anything: no roll, no cat."), False
@@ -408,8 +393,5 @@ def check_ring_buffer_cache(cls) -> None:
            "instances), with integer positions, "
            "ordered() as a copy, no allocation once full and bounded memory.")
 
-
-# ---------------------------------------------------------------- sinks (exercise 07: .sinks, re-exported here)
-from swkv_teach.grading.sinks import check_sink_cache  # noqa: E402  (the registry imports it from this module)
 
 __all__ = ["as_positions", "check_ring_buffer_cache", "check_sink_cache", "check_sliding_window_cache"]

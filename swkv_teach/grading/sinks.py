@@ -17,8 +17,7 @@ from swkv_teach.grading._drive import BF16, F16, F64, Judge, Run, Step, check_ru
 from swkv_teach.grading._own import refuse_library
 from swkv_teach.grading._report import call, fail, passed
 from swkv_teach.grading._report import learner_name as _name
-from swkv_teach.grading._tokens import as_positions, labels, read_positions, token
-from swkv_teach.grading.caches import _lsort, _value_hint
+from swkv_teach.grading._tokens import as_positions, labels, read_positions, sort_labels, token, value_hint
 
 SINK_RUNS = (
     Run((2, 3)),
@@ -92,14 +91,14 @@ class SinkJudge(Judge):
         exp = sorted(self.oracle.positions.tolist())
         if s.zeros:  # zero tokens read as "0": judge by the positions the cache reports
             exp_l = labels(s.ek, base=s.base)
-            if _lsort(got) != _lsort(exp_l) or len(got) != len(exp_l):
+            if sort_labels(got) != sort_labels(exp_l) or len(got) != len(exp_l):
                 raise fail(s.case, "update() returned the keys of (any order is fine; odd tokens are all zeros in "
                            "this run and read as 0):", expected=exp_l, got=got,
                            hint="zero is a legitimate key: keep and return tokens whose keys are all zeros like any "
                            "other (count positions, never look for zeros).")
             pos = as_positions(s.case, call(s.case, "the positions property", lambda: s.cache.positions))
         else:
-            if _lsort(got) != _lsort(exp) or len(got) != len(exp):
+            if sort_labels(got) != sort_labels(exp) or len(got) != len(exp):
                 later = _pinned_later(s.cache, s, W)
                 raise fail(s.case, "update() returned the keys of positions (any order is fine):",
                            expected=exp, got=got, hint=_sink_hint(got, exp, s.p + 1, S, W, later))
@@ -121,7 +120,7 @@ class SinkJudge(Judge):
         if not torch.equal(s.v.index_select(2, mine), s.ev.index_select(2, theirs)):
             vgot = labels(s.v, values=True, base=s.base)
             raise fail(s.case, "the keys are right, the values are not. Value positions:", expected=got, got=vgot,
-                       hint=_value_hint(vgot, got, got, s.k, s.v))
+                       hint=value_hint(vgot, got, got, s.k, s.v))
 
 
 def check_sink_cache(cls) -> None:
