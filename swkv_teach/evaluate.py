@@ -1,6 +1,6 @@
 """Measuring eviction policies honestly: held-out segments, equal memory, 95 % intervals, attention sinks.
 
-Lesson 9's measurements, as functions a notebook calls and a test can check:
+Lesson 8's measurements, as functions a notebook calls and a test can check:
 
 * :func:`heldout_segments`: the held-out standard-library files (``train.HELDOUT_FILES``,
   never trained on) cut into independent, non-overlapping segments, the unit of resampling.

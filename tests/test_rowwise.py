@@ -12,7 +12,7 @@ from swkv_teach.rowwise import rowwise_losses
 
 
 class AttentionReadLRU(LRUKVCache):
-    """Lesson 9's LRU: each step the key the newest query attends to most (head average) is read, which promotes it."""
+    """Lesson 8's LRU: each step the key the newest query attends to most (head average) is read, which promotes it."""
 
     wants_attention = True
 
