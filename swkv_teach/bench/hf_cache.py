@@ -22,6 +22,8 @@ import time
 
 import torch
 
+from swkv_teach.bench.measure import bytes_held
+
 __all__ = ["IMPLS", "SHAPE", "TARGETS", "hf_cache_rows", "section", "table", "tiny_mistral"]
 
 IMPLS = ("dynamic", "static", "ring", "naive", "int8")
@@ -67,21 +69,18 @@ def _sliding_bytes(cache) -> list[int]:
         if not getattr(layer, "is_sliding", False):
             continue
         roots = [vars(layer)] + ([vars(layer.cache)] if isinstance(layer, WindowLayer) else [])
-        seen, total, todo = set(), 0, list(roots)
+        tensors, todo = [], list(roots)
         while todo:
             x = todo.pop()
             if isinstance(x, torch.Tensor):
-                s = x.untyped_storage()
-                if s.data_ptr() not in seen:
-                    seen.add(s.data_ptr())
-                    total += s.nbytes()
+                tensors.append(x)
             elif isinstance(x, dict):
                 todo += list(x.values())
             elif isinstance(x, (list, tuple)):
                 todo += list(x)
             elif hasattr(x, "__dict__") and type(x).__module__.startswith("swkv_teach.caches"):
                 todo.append(vars(x))
-        out.append(total)
+        out.append(bytes_held(tensors))
     return out
 
 
