@@ -316,6 +316,28 @@ def check_runs(judge_cls, cls, runs, dev, snapshot=None, earlier: bool = False) 
             raise isolate(e, judge_cls, cls, run, dev, snapshot if (earlier or n > 0) else None) from None
 
 
+def in_turn(gens: list, late: int, join) -> int:
+    """Advance the generators ``gens`` in turn, ``late`` steps each; then add ``join()`` (a generator made only now,
+    so its instance is created while the others are mid-stream) and go on in turn until every one is exhausted.
+
+    Returns how many steps were taken after ``join`` (every generator's, the late one's included). Whatever a
+    step raises (an ``ExerciseFailed``) goes to the caller, which knows what the instances were.
+    """
+    for _ in range(late):
+        for g in gens:
+            next(g, None)
+    live = [*gens, join()]
+    steps = 0
+    while live:
+        for g in list(live):
+            try:
+                next(g)
+                steps += 1
+            except StopIteration:
+                live.remove(g)
+    return steps
+
+
 def interleave(judge_cls, cls, argsets, dev, late: int = 5) -> None:
     """Live instances with different windows, updated in turn; each was right alone (checked before).
 
@@ -330,17 +352,8 @@ def interleave(judge_cls, cls, argsets, dev, late: int = 5) -> None:
             for i, (j, c) in enumerate(zip(judges, first))]
     last = len(judges) - 1
     try:
-        for _ in range(late):
-            for g in gens:
-                next(g, None)
-        gens.append(drive(judges[last], Run(judges[last].args), dev, base=STREAM * last, label=INSTANCES[last]))
-        live = list(gens)
-        while live:
-            for g in list(live):
-                try:
-                    next(g)
-                except StopIteration:
-                    live.remove(g)
+        in_turn(gens, late, lambda: drive(judges[last], Run(judges[last].args), dev, base=STREAM * last,
+                                          label=INSTANCES[last]))
     except ExerciseFailed as e:
         shared = shared_state(cls, argsets[-1], dev)
         if shared:

@@ -35,7 +35,7 @@ import warnings
 import torch
 
 from swkv_teach.device import device as pick_device
-from swkv_teach.grading._drive import _supports
+from swkv_teach.grading._drive import _supports, in_turn
 from swkv_teach.grading._hf_models import ATOL, models, signature_hint
 from swkv_teach.grading._own import is_own, library_inside
 from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint, show
@@ -286,18 +286,7 @@ def _layers(cls, dev) -> int:
     ctxs = [_Ctx(cls, W, (2, 3, 4), F32, dev, stream=i, label="ABC"[i]) for i, (W, _) in enumerate(specs)]
     gens = [_drive(c, _new(c.title, cls, c.W), chunks_for(c.W, f)) for c, (_, f) in zip(ctxs[:2], specs)]
     try:
-        for _ in range(5):
-            for g in gens:
-                next(g, None)
-        gens.append(_drive(ctxs[2], _new(ctxs[2].title, cls, 3), chunks_for(3, specs[2][1])))
-        live = list(gens)
-        while live:
-            for g in list(live):
-                try:
-                    next(g)
-                    steps += 1
-                except StopIteration:
-                    live.remove(g)
+        steps += in_turn(gens, 5, lambda: _drive(ctxs[2], _new(ctxs[2].title, cls, 3), chunks_for(3, specs[2][1])))
     except ExerciseFailed as e:
         def use(layer, i):
             for n, q in ((0, 2), (2, 1)):
