@@ -353,7 +353,6 @@ class Block(nn.Module):
         x = x + y
         return x + self.mlp(self.mlp_norm(x))
 
-
     def forward_paged(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], k_cache: torch.Tensor,
         v_cache: torch.Tensor, slots: torch.Tensor, plan: PagedPlan,
