@@ -1,7 +1,6 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -233,7 +232,7 @@ print("same keys:", torch.equal(ring.ordered()[0], paged.ordered()[0]))
 # block). Small blocks waste little but make long block tables (more entries to look up, shorter
 # contiguous reads); big blocks do the reverse. The paper's ablation of the block size (section 7.2, "Impact
 # of Block Size") settles on 16, large enough to keep the GPU busy and small enough to waste little: "vLLM sets
-# its default block size as 16" (today's default depends on the platform; 16 on CUDA when unset).
+# its default block size as 16" (today's vLLM chooses its default per platform; we have not checked each).
 #
 # The worst case, and the average measured on a real `PagedKVCache` over 500 tokens, for the checkpoint's
 # window (64) and Mistral 7B's (4096):
@@ -706,8 +705,8 @@ print(f"the two continuations agree for the first {first if first is not None el
 # The loss barely moves (a few ten-thousandths of a nat per character here), and nearly every top-1
 # prediction is the same. The greedy texts agree for a while and then part: greedy decoding amplifies a tiny
 # logit difference the first time two candidates are nearly tied, and from then on the model conditions on
-# different text. Neither continuation is worse; they are different samples of the same model. That is the
-# usual finding for 8-bit KV caches; 4 and 2 bits need more care (KIVI, Liu et al. 2024, quantises keys per
+# different text. Neither continuation is worse; they are different samples of the same model (measured here,
+# on this small model only). Fewer bits need more care (KIVI, Liu et al. 2024, quantises keys per
 # channel because a few channels carry large values for every token, and values per token). Hugging Face's
 # `QuantizedCache` (transformers `cache_utils.py`) borrows the idea but quantises keys *and* values per
 # channel, "in contrast to what was described in the paper" (its own docstring): groups of
@@ -744,15 +743,18 @@ for r in speed:
 #   a step flips two entries of the bias, and a block is taken or returned every `block_size` steps. It
 #   reads every slot of its pool, which pays only because the pool is this sequence's own; a pool shared by
 #   many requests is read through `paged_attention` instead (section 5).
-# * **int8**: quantises the new key and value together (one scale per token and head), and dequantises the
-#   window once, in one multiply, for attention.
+# * **int8**: keeps keys and values in one int8 buffer (and their scales in one float32 buffer), quantises the
+#   new key and value together (one scale per token and head) straight into their slot, and dequantises the
+#   window once, in one pass, for attention.
 #
-# Issue 21's targets, judged by the bench on its fastest repeats: paged at least 0.85 of the ring's tokens/s
-# and int8 at least 0.75, at `W = 64` and `W = 1024`. On the course's busy 2-core machine the bench measured
-# (15 repeats of 128 tokens, median ratios, fastest in brackets) paged 0.92 (0.92) and int8 0.79 (0.80) at
-# `W = 64`; paged 0.85 (0.86) and int8 0.74 (0.74) at `W = 1024`: paged meets its target, int8 at the long
-# window misses it by about one point. Its floor is arithmetic it cannot skip: quantising the new token,
-# two writes, and dequantising `W` keys and values every step. On a GPU, where decode is bound by memory
+# The course's bench (`python -m swkv_teach.bench`) sets itself targets: paged at least 0.85 of the ring's
+# tokens/s and int8 at least 0.75, at `W = 64` and `W = 1024`, judged on one thread by the fastest repeats.
+# On a 2-core CPU it measured paged 0.92 and 0.86, int8 0.86 and 0.82 (two runs on a quiet machine agreed
+# within 0.01). A short run like the one above swings more on a busy machine, sometimes past 1, and its
+# "same tokens" column can read False for int8: 8-bit keys change a logit slightly, and once a near-tie
+# flips, greedy decoding follows another path. What int8 pays beyond the ring is arithmetic it cannot skip
+# here: quantising the new token (about 7 µs of small operations a layer) and dequantising `W` keys and
+# values every step (about 13 µs at `W = 1024`); a fused kernel dequantises inside attention instead. On a GPU, where decode is bound by memory
 # traffic, int8's smaller reads can make it the faster cache; on a CPU with a window this small, they do not.
 #
 # ## 10. Hybrid stacks in the same arithmetic
@@ -817,7 +819,7 @@ for name, (loc, glo, w) in models.items():
 # * Measured on a 2-core CPU (the bench, 16 requests, 791 new tokens, one thread, medians of 5 runs):
 #   one by one 1963 tokens/s; at most 1, 2, 4, 8, 16 requests per forward 0.51x, 0.99x, 1.42x, 2.40x,
 #   3.39x of that, every request's tokens identical to generating it alone. Decode against the ring: paged
-#   0.92x (W = 64) and 0.85x (W = 1024), int8 0.79x and 0.74x.
+#   0.92x (W = 64) and 0.86x (W = 1024), int8 0.86x and 0.82x.
 #
 # Practise: [exercise 08](../exercises/08_paged_cache.ipynb) writes the block bookkeeping of section 1, and
 # [exercise 09](../exercises/09_int8_kv.ipynb) the quantise/dequantise of section 7.

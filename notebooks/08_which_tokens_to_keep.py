@@ -1,7 +1,6 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -394,9 +393,10 @@ print("both models: heavy hitters alone (recent = 0) cost more than 1 nat/char:"
 #
 # Their Table 1 (Llama-2-13B, the first book of PG-19, 65 K tokens, a cache of 1 024): perplexity **5158.07**
 # for the window (`0 + 1024`), **5.40** with four initial tokens (`4 + 1020`), **5.60** when those four are
-# replaced by line breaks. (We could not open the paper from here; these figures are as several independent
-# notes on arXiv 2309.17453 quote them, all alike.) StreamingLLM also gives positions **within the cache**
-# (§3.2: keys are rotated by their slot, so a sink is never further than `B` away); the library's
+# replaced by line breaks. (Quoted as several secondary write-ups of arXiv 2309.17453 give them, all alike;
+# the course has not checked them against the paper's own table, so read them as approximate.)
+# StreamingLLM also gives positions **within the cache** (§3.2: keys are rotated by their slot, so a sink is
+# never further than `B` away); the library's
 # `SinkKVCache` keeps true positions. We run both, on segments of 1 024 characters, four times the full
 # model's training context, with `B = 64`:
 

@@ -1,7 +1,6 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -14,8 +13,9 @@
 #
 # Lesson 9 put the library's ring inside `model.generate` of Mistral and Gemma. Here you write that layer
 # yourself: a ring of `W` slots that transformers calls once per layer and step, through the interface
-# `CacheLayerMixin` (transformers `cache_utils.py`). The check runs your layer inside tiny random Mistral and
-# Gemma 2 models built locally, with `model.generate` and with chunked calls, against transformers' own cache.
+# `CacheLayerMixin` (transformers `cache_utils.py`). The check runs your layer inside tiny random Mistral, Gemma 2
+# and Gemma 3 models built locally, with `model.generate` and with chunked calls, against one forward of the same
+# tokens without any cache.
 #
 # **How this notebook works.** Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError` line), run the cell, then run the check cell below it. `check_hf_cache_layer` prints one line starting with ✅ when your answer is right; otherwise it stops with an `ExerciseFailed` message naming the first case that went wrong, what was expected, what you returned, and a hint. Run it as often as you like.
 #
@@ -62,7 +62,7 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the check feeds your 
 #   `update`, with that tensor's batch, heads, head_dim, **dtype and device**; set `self.is_initialized = True`.
 #
 # `is_sliding = True` on the class: `masking_utils` sizes the sliding mask from the first layer that says so and
-# the full mask from the first that does not (`Cache.is_sliding`, 5.24 `cache_utils.py` line 438).
+# the full mask from the first that does not (`Cache.is_sliding`, `cache_utils.py` line 1940 in 5.24, 1659 in 5.15.0).
 #
 # `ring_cache(model)` returns a `transformers.Cache(layers=[...])` with one layer per model layer: your
 # `RingLayer(W)` for each sliding layer, transformers' `DynamicLayer()` for each **full-attention** layer. Read
@@ -72,8 +72,8 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the check feeds your 
 #
 # The check feeds your layer directly (windows 1 to 8; chunks of 1, 2, 5, `W - 1` and `W + 3` tokens, before
 # and long after the window filled; batch 1 and 2; float32/float64/float16/bfloat16; several layers alive at
-# once; memory held to the window), then runs tiny Mistral and Gemma 2 models with your `ring_cache`: every
-# chunk's logits within 1e-4 of transformers' own, and greedy `generate` step by step. Padding, beam search and
+# once; memory held to the window), then runs tiny Mistral, Gemma 2 and Gemma 3 models with your `ring_cache`:
+# every chunk's logits, and every step of greedy `generate`, within 1e-4 of one forward without a cache. Padding, beam search and
 # `torch.compile` are out of scope.
 #
 # <details><summary>Hint 1</summary>
@@ -188,12 +188,24 @@ def label(*positions):
     return torch.tensor(positions, dtype=torch.float32, device=DEVICE).view(1, 1, -1, 1)
 
 
-layer = RingLayer(3)
-layer.update(label(0, 1, 2, 3, 4, 5, 6), label(0, 1, 2, 3, 4, 5, 6))  # a prompt of 7 tokens
-print("seen", layer.get_seq_length(), "| one token: mask sizes", layer.get_mask_sizes(1), end=" -> ")
-print("keys", layer.update(label(7), label(7))[0].flatten().tolist(), "(slot order)")
-print("seen", layer.get_seq_length(), "| chunk of 2: mask sizes", layer.get_mask_sizes(2), end=" -> ")
-print("keys", layer.update(label(8, 9), label(8, 9))[0].flatten().tolist(), "(oldest first)")
+def demo(run):
+    """Run a demo on your layer; until the check above passes, say so in one line instead of a long traceback."""
+    try:
+        run()
+    except Exception as e:  # noqa: BLE001 - any error of a layer that does not pass yet
+        print(f"this demo uses your layer and stopped: {type(e).__name__}: {str(e)[:160]}. Fix what the check reports first.")
+
+
+def ring_example():
+    layer = RingLayer(3)
+    layer.update(label(0, 1, 2, 3, 4, 5, 6), label(0, 1, 2, 3, 4, 5, 6))  # a prompt of 7 tokens
+    print("seen", layer.get_seq_length(), "| one token: mask sizes", layer.get_mask_sizes(1), end=" -> ")
+    print("keys", layer.update(label(7), label(7))[0].flatten().tolist(), "(slot order)")
+    print("seen", layer.get_seq_length(), "| chunk of 2: mask sizes", layer.get_mask_sizes(2), end=" -> ")
+    print("keys", layer.update(label(8, 9), label(8, 9))[0].flatten().tolist(), "(oldest first)")
+
+
+demo(ring_example)
 
 # %% [markdown]
 # And inside a tiny random Gemma 2 (a sliding layer, then a full one), greedy `generate` against transformers'
@@ -206,13 +218,19 @@ config = transformers.Gemma2Config(vocab_size=61, hidden_size=32, intermediate_s
                                    eos_token_id=None, pad_token_id=None)
 model = transformers.Gemma2ForCausalLM(config).eval()
 prompt = torch.randint(0, 61, (2, 5))
-cache = ring_cache(model)
-print("layers:", [type(lay).__name__ for lay in cache.layers])
-kwarg = "cache" if "cache" in __import__("inspect").signature(model.forward).parameters else "past_key_values"
-with torch.no_grad():
-    ours = model.generate(prompt, max_new_tokens=12, do_sample=False, **{kwarg: cache})
-    theirs = model.generate(prompt, max_new_tokens=12, do_sample=False)
-print("same tokens as transformers' cache:", torch.equal(ours, theirs), "| seen:", cache.get_seq_length())
+
+
+def gemma_example():
+    cache = ring_cache(model)
+    print("layers:", [type(lay).__name__ for lay in cache.layers])
+    kwarg = "cache" if "cache" in __import__("inspect").signature(model.forward).parameters else "past_key_values"
+    with torch.no_grad():
+        ours = model.generate(prompt, max_new_tokens=12, do_sample=False, **{kwarg: cache})
+        theirs = model.generate(prompt, max_new_tokens=12, do_sample=False)
+    print("same tokens as transformers' cache:", torch.equal(ours, theirs), "| seen:", cache.get_seq_length())
+
+
+demo(gemma_example)
 
 # %% [markdown]
 # ### Interview follow-up

@@ -301,3 +301,12 @@ def test_the_paged_cache_is_timed_only_for_one_sequence(batch):
         s.fill()
         out_k, _ = s.step()
         assert out_k.shape == (1, 2, W, 4) and sum(t.numel() for t in s.held()) > 0
+
+
+def test_the_bench_runs_on_one_thread_unless_told_otherwise():
+    """Regression (newcomer trial): `--quick` at torch's default threads on a loaded 2-core machine gave 16 ms
+    decode steps and an 'x ring 24.9' row; the targets are stated for one thread, so one is the default."""
+    from swkv_teach.bench import _parser
+
+    assert _parser().parse_args([]).threads == 1
+    assert _parser().parse_args(["--threads", "4"]).threads == 4

@@ -374,3 +374,24 @@ def test_the_blog_post_is_named_by_its_title():
     title = "Hands-On Build Guide: Sliding-Window Attention KV Cache with LRU Eviction"
     assert title in " ".join(_lesson_text("05_eviction").replace("#", " ").split())
     assert title in (ROOT / "docs" / "references.md").read_text()
+
+
+def test_saving_a_lessons_source_in_jupyterlab_leaves_its_stored_notebook_alone(tmp_path):
+    """Regression (newcomer trial): the sources declared `formats: ipynb,py:percent`, so opening
+    `notebooks/07_serving_memory.py` in JupyterLab (jupytext is in the lab extra) and pressing save rewrote the
+    stored .ipynb without its badge, set-up cell and kernelspec. Sources are now unpaired: the build makes the .ipynb."""
+    import hashlib
+    import shutil
+
+    from jupytext import TextFileContentsManager
+
+    sources = sorted(p for f in EXECUTED for p in (ROOT / f).glob("*.py"))
+    assert sources, "no lesson or solution sources found"
+    paired = [str(p.relative_to(ROOT)) for p in sources if "formats:" in p.read_text().split("# ---", 2)[1]]
+    assert not paired, f"sources paired with their notebooks (remove the `formats:` line): {paired}"
+    for ext in ("py", "ipynb"):
+        shutil.copy(ROOT / f"notebooks/07_serving_memory.{ext}", tmp_path / f"lesson.{ext}")
+    before = hashlib.sha256((tmp_path / "lesson.ipynb").read_bytes()).hexdigest()
+    cm = TextFileContentsManager(root_dir=str(tmp_path))
+    cm.save(cm.get("lesson.py"), "lesson.py")
+    assert hashlib.sha256((tmp_path / "lesson.ipynb").read_bytes()).hexdigest() == before

@@ -8,8 +8,9 @@ Usage::
     python tools/build.py --check            # fail if a stored notebook is out of step with its source
 
 A source is a jupytext percent file beside its notebook: ``notebooks/03_ring_buffer.py`` builds
-``notebooks/03_ring_buffer.ipynb``. Edit the ``.py`` file (any editor; or pair it in JupyterLab),
-then run this. See :mod:`nbtools` for what the build adds (Colab badge, set-up cell, stable ids).
+``notebooks/03_ring_buffer.ipynb``. Edit the ``.py`` file (any editor, or JupyterLab with jupytext),
+then run this (the sources are not paired with their notebooks: the build makes the .ipynb). See
+:mod:`nbtools` for what the build adds (Colab badge, set-up cell, stable ids).
 
 Solutions are the single source of the graded exercises: answer code sits between
 ``### BEGIN SOLUTION`` / ``### END SOLUTION``; check cells carry

@@ -221,7 +221,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help=f"at least this many calls per repeat (default {FULL['steps']})")
     p.add_argument("--repeats", type=int, help=f"timed repeats per figure (default {FULL['repeats']})")
     p.add_argument("--quick", action="store_true", help="small windows, few steps: a few seconds")
-    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's own choice)")
+    # One thread by default: the targets are stated for one thread, and several threads on a small or busy
+    # machine fight each other (a --quick run at 2 threads on a loaded 2-core box gave 16 ms decode steps)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, the targets' setting)")
     p.add_argument("--no-decode", action="store_true", help="skip the Decoder vs Hugging Face decode comparison")
     p.add_argument("--memory-steps", type=int, metavar="N",
                    help="long decode run of N steps per window and implementation, memory read after each "
