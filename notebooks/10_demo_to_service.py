@@ -316,3 +316,5 @@ print("LATEST:", (snap / "LATEST").read_text())
 # * `stats()`: the counts a dashboard needs; with a window, memory is flat and evictions climb one a step.
 # * Tensor parallelism splits the KV heads, and the cache, across processes; one all-reduce per layer.
 # * Snapshots committed after a barrier turn a crash into a resume from the last common token.
+#
+# Next: [lesson 11, the interview drill](11_interview_drill.ipynb), which asks about every lesson before it.
