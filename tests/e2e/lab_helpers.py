@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -172,6 +171,13 @@ def _stop(proc: subprocess.Popen, base: str, token: str) -> None:
 
 
 def copy_notebook(src: Path, dest_dir: Path) -> Path:
-    """A copy to open, so the lab's autosave can never rewrite the stored lesson."""
+    """A copy to open, without outputs or execution counts, so the lab's autosave can never rewrite the stored
+    lesson, and "every code cell has an execution count" means this run reached it (the stored lesson has counts)."""
     dest_dir.mkdir(parents=True, exist_ok=True)
-    return Path(shutil.copy(src, dest_dir / src.name))
+    nb = json.loads(src.read_text())
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    dest = dest_dir / src.name
+    dest.write_text(json.dumps(nb, indent=1))
+    return dest

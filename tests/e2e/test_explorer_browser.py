@@ -39,6 +39,11 @@ LAB = dict(
         const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
         return !!k && k.status === 'idle';
     }""",
+    # the widget renderer is in the notebook's rendermime: a widget output arriving now will be drawn
+    widgets_ready="""() => {
+        const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+        return !!(w && w.content && w.content.rendermime.mimeTypes.includes('application/vnd.jupyter.widget-view+json'));
+    }""",
     run_all="() => window.jupyterapp.commands.execute('notebook:run-all-cells')",
     all_ran="""() => {
         const w = window.jupyterapp.shell.currentWidget;
@@ -46,15 +51,24 @@ LAB = dict(
         if (!k || k.status !== 'idle') return false;
         return w.content.widgets.every(c => c.model.type !== 'code' || c.model.executionCount !== null);
     }""",
+    outputs="""() => window.jupyterapp.shell.currentWidget.content.widgets.filter(c => c.model.type === 'code')
+        .map(c => c.outputArea.node.innerText)""",
     handle=".widget-hslider .noUi-handle",  # ipywidgets 8 sliders are noUiSlider
 )
 CLASSIC = dict(
     idle="""() => !!(window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel)
         && document.querySelector('#kernel_indicator_icon.kernel_idle_icon') !== null""",
+    # widgetsnbextension registers its renderer on the OutputArea only once its nbextension has loaded, which can
+    # be after the kernel is idle (seen on a loaded machine): a widget output that arrives before is silently
+    # dropped and the picture never comes. A learner is never that fast; the test must wait for it.
+    widgets_ready="""() => !!(window.require && require.defined && require.defined('notebook/js/outputarea')
+        && require('notebook/js/outputarea').OutputArea.prototype.mime_types().includes('application/vnd.jupyter.widget-view+json'))""",
     run_all="() => Jupyter.notebook.execute_all_cells()",
     all_ran="""() => document.querySelector('#kernel_indicator_icon.kernel_idle_icon') !== null
         && Jupyter.notebook.get_cells().every(c => c.cell_type !== 'code'
              || (typeof c.input_prompt_number === 'number'))""",
+    outputs="""() => Jupyter.notebook.get_cells().filter(c => c.cell_type === 'code')
+        .map(c => c.output_area.element.text())""",
     handle=".widget-hslider .ui-slider-handle",  # ipywidgets 7 sliders are jQuery UI
 )
 
@@ -81,14 +95,22 @@ def settled_src(page, idle: str, timeout: float = 30.0, previous: str | None = N
 def drive_explorer(page, url: str, frontend: dict, name: str) -> None:
     page.goto(url, timeout=60_000)
     page.wait_for_function(frontend["idle"], timeout=60_000)
+    try:
+        page.wait_for_function(frontend["widgets_ready"], timeout=60_000, polling=200)
+    except Exception as e:
+        page.screenshot(path=str(ARTIFACTS / f"{name}_no_widgets.png"), full_page=True)
+        pytest.fail(f"the frontend never registered a renderer for ipywidgets' output ({type(e).__name__}): "
+                    "the widgets extension is missing, disabled or failed to load")
     page.evaluate(frontend["run_all"])
-    page.wait_for_function(frontend["all_ran"], timeout=90_000, polling=500)
+    page.wait_for_function(frontend["all_ran"], timeout=120_000, polling=500)
     try:
         # generous: on a loaded 2-core machine the widget manager's first render has taken over 30 s
         page.wait_for_selector(IMG, timeout=90_000)
-    except Exception:
+    except Exception as e:
         page.screenshot(path=str(ARTIFACTS / f"{name}_no_picture.png"), full_page=True)
-        raise
+        outputs = page.evaluate(frontend["outputs"])[:4]
+        pytest.fail(f"the explorer's picture never appeared ({type(e).__name__}); the first code cells' outputs "
+                    f"read: {[o[:300] for o in outputs]}")
     before = settled_src(page, frontend["idle"])
     assert before, "the explorer's picture never loaded"
     page.query_selector(IMG).scroll_into_view_if_needed()
