@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import time
 from pathlib import Path
 
 import pytest
@@ -201,14 +200,6 @@ def test_failures_show_expected_and_got_for_the_first_failing_case():
 
 def test_exercise_failed_is_an_assertion_error():
     assert issubclass(ExerciseFailed, AssertionError)
-
-
-@pytest.mark.parametrize("name", sorted({r.check for r in RIGHT}))
-def test_each_check_runs_in_under_five_seconds_on_a_right_answer(name, capsys):
-    answer = next(r for r in RIGHT if r.check == name)
-    t0 = time.perf_counter()
-    check(name)(answer)
-    assert time.perf_counter() - t0 < 5.0
 
 
 def test_the_library_never_imports_grading():

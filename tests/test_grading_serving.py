@@ -5,7 +5,6 @@ catalogue's wrong answers (tests/wrong_answers/paged.py, int8.py) are each rejec
 from __future__ import annotations
 
 import functools
-import time
 from collections import deque
 
 import pytest
@@ -24,9 +23,7 @@ CATALOGUE = load()
 
 
 def passes(check, *answer, capsys):
-    t0 = time.perf_counter()
     check(*answer)
-    assert time.perf_counter() - t0 < 2.0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("✅"), out
 
