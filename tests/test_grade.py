@@ -27,10 +27,16 @@ def role_cell(nb, role):
     return next(c for c in nb.cells if c.metadata.get("swkv", {}).get("role") == role)
 
 
-def faked_wrong(name=MASK):
-    """A wrong answer (W + 1 keys, Mistral's reference) whose check cell was replaced by a fake success line."""
+def wrong(name=MASK):
+    """A wrong answer: W + 1 keys, Mistral's reference; its own check cell raises the verdict."""
     nb = spliced(name)
     role_cell(nb, "answer").source = role_cell(nb, "answer").source.replace("j > i - window_size", "j >= i - window_size")
+    return nb
+
+
+def faked_wrong(name=MASK):
+    """The wrong answer whose check cell was replaced by a fake success line."""
+    nb = wrong(name)
     role_cell(nb, "check").source = "print('✅ check_sliding_window_mask: all cases passed')"
     return nb
 
@@ -53,6 +59,8 @@ def graded(tmp_path_factory):
     (d / "truncated.ipynb").write_bytes((d / "loop.ipynb").read_bytes()[:400])
     (d / "stub.ipynb").write_bytes((ROOT / "exercises" / MASK).read_bytes())
     nbformat.write(faked_wrong(), d / "fake_check.ipynb")
+    nbformat.write(wrong(), d / "wrong.ipynb")
+    nbformat.write(with_cell(wrong(), 3, "raise ValueError('oops')"), d / "wrong_and_raises.ipynb")
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in d.iterdir()}
     out = tmp_path_factory.mktemp("out")
     rc = main([str(d), "--out", str(out), "--timeout", "10", "--jobs", "2"])
@@ -97,6 +105,18 @@ def test_a_failed_official_check_is_status_failed_even_behind_a_fake_success_lin
     assert "exercise 01 failed" in fake["reason"], fake
     assert honest["status"] == "failed", "an honest wrong notebook gets the same status"
     assert rows["raises.ipynb"]["status"] == "errors", "a right answer beside a raising cell is still 'errors'"
+
+
+def test_the_reason_gives_the_verdict_once_and_names_other_cells_that_raised(graded):
+    rows = graded[1]
+    alone, beside = rows["wrong.ipynb"], rows["wrong_and_raises.ipynb"]
+    assert alone["status"] == beside["status"] == "failed"
+    assert alone["reason"].startswith("exercise 01 failed: "), alone
+    verdict = alone["reason"].removeprefix("exercise 01 failed: ")
+    # the learner's own check cell raised the same verdict: it is not repeated as "a cell raised"
+    assert "raised" not in alone["reason"] and alone["reason"].count(verdict) == 1, alone
+    assert beside["reason"].count(verdict) == 1, beside
+    assert beside["reason"].endswith("; 1 other cell raised, first: cell 4: ValueError: oops"), beside
 
 
 def test_reasons_and_status_lines_are_cut_at_a_word_and_feedback_ends_with_a_newline(graded):
