@@ -54,6 +54,7 @@ import torch
 
 from swkv_teach._validate import check_nonnegative_int, check_positive_int
 from swkv_teach.caches import BlockPool
+from swkv_teach.caches.pool import blocks_spanned
 
 __all__ = ["Request", "Scheduler", "serve"]
 
@@ -135,7 +136,7 @@ class Scheduler:
         written = prompt_len + max_new_tokens - 1
         chunk = prompt_len if self.prefill_chunk is None else min(self.prefill_chunk, prompt_len)
         span = min(written, W + chunk - 1)
-        return min(-(-written // bs), -(-(span - 1) // bs) + 1)
+        return min(-(-written // bs), blocks_spanned(span, bs))
 
     def submit(self, prompt, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
                seed: int | None = None) -> int:

@@ -62,7 +62,7 @@ import torch
 from swkv_teach._validate import check_kv, check_positive_int
 from swkv_teach.caches import _state
 from swkv_teach.caches.base import KVCache
-from swkv_teach.caches.pool import BlockPool, PoolExhausted, write_to_blocks
+from swkv_teach.caches.pool import BlockPool, PoolExhausted, blocks_spanned, write_to_blocks
 
 __all__ = ["BlockPool", "PagedKVCache", "PoolExhausted", "write_to_blocks"]  # the pool's names stay importable here
 
@@ -96,8 +96,7 @@ class PagedKVCache(KVCache):
     @staticmethod
     def max_blocks(window_size: int, block_size: int) -> int:
         """Most blocks a sequence holds between updates: ``ceil((W - 1) / block_size) + 1``."""
-        W, bs = check_positive_int("window_size", window_size), check_positive_int("block_size", block_size)
-        return -(-(W - 1) // bs) + 1
+        return blocks_spanned(check_positive_int("window_size", window_size), block_size)
 
     # ------------------------------------------------------------- addresses
     def _slots(self, positions: torch.Tensor, table: list[int], first: int) -> torch.Tensor:

@@ -37,6 +37,17 @@ def write_to_blocks(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.T
     v_cache.view(n_slots, H, D).index_copy_(0, index, v.transpose(1, 2).reshape(-1, H, D))
 
 
+def blocks_spanned(positions: int, block_size: int) -> int:
+    """The most blocks ``positions`` consecutive positions can touch: ``ceil((positions - 1) / block_size) + 1``.
+
+    The worst alignment starts at a block's last slot: 1 position there, the rest fill whole blocks and a partial
+    one (W = 5, block_size = 4: positions 3..7 touch blocks 0 and 1, positions 7..11 touch 1 and 2, never more
+    than ceil(4 / 4) + 1 = 2). The bound of a window's blocks (paged caches) and of a request's (the scheduler).
+    """
+    n, bs = check_positive_int("positions", positions), check_positive_int("block_size", block_size)
+    return -(-(n - 1) // bs) + 1
+
+
 class PoolExhausted(RuntimeError):
     """The pool has fewer free blocks than an update needs; nothing was changed."""
 
