@@ -3,7 +3,8 @@
 The expected mask is the library's :func:`swkv_teach.masks.sliding_window_mask`
 (the convention ``i - W < j <= i``). Cases run smallest first, so the first
 failure is a mask small enough to print whole, side by side with the expected one;
-then sequences of 16 to 24 tokens (past any small fixed-size buffer). The bug is
+then sequences of 16 to 24 tokens, and of 65 to 200 (past any fixed-size table, and past the 127 an
+int8 index can count to). The bug is
 named from the usual wrong masks (judged at ``seq_len=10, window_size=5`` first),
 from a band that depends on the column or the row alone, and otherwise by the
 first query row that differs.
@@ -19,12 +20,16 @@ from swkv_teach.masks import sliding_window_mask
 
 
 LONG = (16, 20, 23, 24)
+LONGER = (65, 129, 200)  # a table precomputed at 64 (or any size up to 200) is sliced too small; int8 indices wrap
 
 
 def _cases():
     seen = set()
-    for T in (*range(1, 10), *LONG):
-        for W in (1, 2, 3, 5, 8, T - 1, T, T + 1) + ((7, 12, T // 2) if T in LONG else ()):
+    for T in (*range(1, 10), *LONG, *LONGER):
+        windows = (1, 2, 3, 5, 8, T - 1, T, T + 1) + ((7, 12, T // 2) if T in LONG else ())
+        if T in LONGER:
+            windows = (1, 5, 64, T - 1, T + 1)
+        for W in windows:
             if W >= 1 and (T, W) not in seen:
                 seen.add((T, W))
                 yield T, W
@@ -40,6 +45,9 @@ def _candidates(got: torch.Tensor, T: int, W: int) -> str | None:
         ((j <= i + 1) & (j > i - W + 1),
          "the band is shifted by one onto a future key: query i sees key i + 1 (which it must not) and loses "
          "key i - W + 1. Keep j <= i and j > i - W."),
+        ((j < i) & (j >= i - W),
+         "the band is shifted by one into the past: query i does not see itself (j = i) and sees key i - W, "
+         "one too old. Keep j <= i and j > i - W."),
         (causal & (j > i - W + 1),
          f"off by one: each query sees W - 1 = {W - 1} keys; it should see W = {W}, itself included (i - W < j)."),
         (causal & (j >= i - W),
@@ -52,9 +60,13 @@ def _candidates(got: torch.Tensor, T: int, W: int) -> str | None:
         (causal & (j > i - 3), "the window looks hard-coded to 3: use window_size."),
         (~right, "inverted: True must mean may attend."),
     ]
-    for candidate, hint in tests:
-        if torch.equal(got, candidate) and not torch.equal(candidate, right):
-            return hint
+    # On a tiny case several wrong masks coincide (at T = 1 both shifted bands are all False): name one only
+    # when it is the only one that fits.
+    fits = [hint for candidate, hint in tests if torch.equal(got, candidate) and not torch.equal(candidate, right)]
+    if len(fits) == 1:
+        return fits[0]
+    if fits:
+        return None
     cols, rows = got.any(dim=0), got.any(dim=1)
     if torch.equal(got, causal & cols[None, :]) and not torch.equal(got, right):
         keys = torch.nonzero(cols).flatten().tolist()
@@ -154,7 +166,7 @@ def check_sliding_window_mask(fn) -> None:
             raise fail(case, *rows, hint=_mask_hint(fn, got, T, W))
         n += 1
     passed(f"{name} matches the window convention i - W < j <= i on all {n} cases "
-           f"(seq_len 1..9 and {', '.join(map(str, LONG))}; windows 1, 2, 3, 5, 8, T - 1, T, T + 1 and more).")
+           f"(seq_len 1..9, {', '.join(map(str, LONG + LONGER))}; windows 1, 2, 3, 5, 8, T - 1, T, T + 1 and more).")
 
 
 __all__ = ["check_sliding_window_mask"]

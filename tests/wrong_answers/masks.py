@@ -114,3 +114,28 @@ def first_window_cached(seq_len, window_size):
         i, j = torch.arange(64)[:, None], torch.arange(64)[None, :]
         _FIRST.append((j <= i) & (j > i - window_size))
     return _FIRST[0][:seq_len, :seq_len]
+
+
+@wrong("check_sliding_window_mask", "shifted by one into the past", "does not see itself")
+def mask_strictly_past_band(seq_len, window_size):
+    """`(j < i) & (j >= i - W)`: W keys, but the band slid one step into the past (no query sees itself)."""
+    i, j = _ij(seq_len)
+    return (j < i) & (j >= i - window_size)
+
+
+_TABLE = torch.tril(torch.ones(64, 64, dtype=torch.bool))
+
+
+@wrong("check_sliding_window_mask", "shape (64, 64)", "expected (65, 65)")
+def mask_sliced_from_a_table_of_64(seq_len, window_size):
+    """A causal table built once at 64 x 64 and sliced: too small past 64 tokens."""
+    i, j = _ij(min(seq_len, 64))
+    return _TABLE[:seq_len, :seq_len] & (j > i - window_size)
+
+
+@wrong("check_sliding_window_mask", "seq_len=129", "all false")
+def mask_int8_indices(seq_len, window_size):
+    """Indices built as int8 "to save memory": they wrap past 127, so long masks go wrong."""
+    i = torch.arange(seq_len).to(torch.int8)[:, None]
+    j = torch.arange(seq_len).to(torch.int8)[None, :]
+    return (j <= i) & (j > i - window_size)
