@@ -127,7 +127,23 @@ def test_some_positions_are_past_what_each_lossy_cast_holds():
     for dt, name, _ in CASTS:
         assert any(not torch.equal(allowed(c.q.to(dt)[:, None], c.k.to(dt)[None, :], c.W), window_mask(c.q, c.k, c.W))
                    for c in big), name
-    assert all(c.dtypes == (torch.int64, torch.int64) for c in big if int(c.k.max()) > torch.iinfo(torch.int32).max)
+    top = torch.iinfo(torch.int32).max
+    for c in big:  # whatever does not fit int32 comes as int64, each tensor in its own dtype
+        assert int(c.q.max()) <= top or c.dtypes[0] == torch.int64, c.label
+        assert int(c.k.max()) <= top or c.dtypes[1] == torch.int64, c.label
+
+
+def test_the_two_dtypes_are_mixed_where_narrowing_one_to_the_other_loses_a_position():
+    """"int32 or int64 (not necessarily the same)": a case for each direction where casting the int64 tensor to
+    the int32 one's dtype wraps, and one 2**32 apart where a relative difference narrowed to int32 wraps."""
+    from swkv_teach.masks import allowed
+
+    mixed = [c for c in cases() if c.dtypes in ((torch.int64, torch.int32), (torch.int32, torch.int64))]
+    for narrowed in (0, 1):  # q to int32, then k to int32
+        assert any(not torch.equal(allowed(*(t.to(torch.int32).long() if i == narrowed else t
+                                             for i, t in enumerate((c.q[:, None], c.k[None, :]))), c.W),
+                                   window_mask(c.q, c.k, c.W)) for c in mixed), narrowed
+    assert any(int(c.q.min()) - int(c.k.min()) > 2**32 - 2 for c in cases())
 
 
 def test_queries_come_as_a_view_of_the_keys_as_after_a_cache_update():

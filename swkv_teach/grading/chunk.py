@@ -16,7 +16,9 @@ Cases, smallest window first so the first failure prints whole:
 3. *queries in any order*: shuffled, with gaps, a single decode query;
 4. *a long conversation*: positions around 1000, 32768, 70000, up to 2**31 - 1 in int32 (where ``k + W``
    overflows; ``q - W`` cannot) and (int64 only) past 2**31, where a cast to bfloat16, float16, int16, float32
-   or int32 no longer holds every position exactly.
+   or int32 no longer holds every position exactly;
+5. *mixed dtypes and huge gaps*: int64 queries past 2**31 beside int32 keys at the limit (and the reverse),
+   positions 2**32 apart (a difference narrowed to int32 wraps), positions past 2**53 (float64 merges them).
 
 Positions are int64 or int32 (the two mixed in some cases) on :func:`swkv_teach.device`. Every
 call gets fresh tensors, which must come back unchanged; when the queries are the keys' last
@@ -123,10 +125,22 @@ def _big_cases():
                    f"a long conversation: a ring's whole buffer after {n} tokens, then a chunk of {c}", dtypes, True)
 
 
+def _mixed_cases():
+    """Each tensor keeps its own dtype, compared as the integers it holds: casting one to the other's dtype, or
+    subtracting a first position and narrowing the difference, or a float64 past 2**53, all lose a position."""
+    yield Case(_p(2**31, 2**31 + 1), _p(2**31 - 3, 2**31 - 2, 2**31 - 1), 3,
+               "int64 queries just past 2**31, int32 keys at the int32 limit", (I64, I32), True)
+    yield Case(_p(2**32, 2**32 + 1), _p(0, 1, 2**32 - 1, 2**32, 2**32 + 1), 2,
+               "int64 positions 2**32 apart: keys 0 and 1 are far too old", (I64, I64), True)
+    yield Case(_p(5), _p(3, 4, 5, 2**32 + 5), 2, "int32 queries, int64 keys, one of them 2**32 later", (I32, I64), True)
+    yield Case(_p(2**53 + 1), _p(2**53, 2**53 + 1, 2**53 + 2), 1,
+               "int64 positions past 2**53 (float64 holds integers exactly only up to there)", (I64, I64), True)
+
+
 def cases() -> list[Case]:
     """Every case the check runs, in order (the same list every time: its own generator)."""
     gen = torch.Generator().manual_seed(7)
-    return [*_cache_cases(), *_any_order_cases(gen), *_big_cases()]
+    return [*_cache_cases(), *_any_order_cases(gen), *_big_cases(), *_mixed_cases()]
 
 
 # ------------------------------------------------------------------ diagnosis
@@ -213,6 +227,7 @@ CASTS = (
     (torch.int16, "int16 (.short())", "wraps around past 32767"),
     (torch.float32, "float32 (.float())", "holds integers exactly only up to 2**24 = 16777216"),
     (torch.int32, "int32 (.int())", "wraps around past 2**31 - 1"),
+    (torch.float64, "float64 (.double())", "holds integers exactly only up to 2**53"),
 )
 
 
@@ -232,7 +247,26 @@ def _cast_hint(case: Case, got: torch.Tensor) -> str:
                         f"up to {int(case.q.max())}) k + {W} wraps around to a negative number, so keys near the "
                         "limit were masked. Subtract from the query instead, q_positions - window_size < "
                         "k_positions (positions are >= 0, so that cannot overflow), or compare in int64 (.long()).")
-    passed_before = [c for c in _big_cases() if int(c.q.max()) < int(case.q.max())]
+    if case.dtypes in ((I64, I32), (I32, I64)):
+        Q, K, W = case.q[:, None], case.k[None, :], case.W
+        q_dt, k_dt = (("int64", "int32") if case.dtypes == (I64, I32) else ("int32", "int64"))
+        for which, mask in (("q_positions", allowed(Q.to(I32).long(), K, W)),
+                            ("k_positions", allowed(Q, K.to(I32).long(), W))):
+            if _explains(mask, got):
+                return (f"{which} (or a difference with it) was narrowed to int32: here q_positions is {q_dt} and k_positions {k_dt}, and "
+                        f"casting the int64 one to the other's dtype (.to(other.dtype), .type_as) wraps positions "
+                        "past 2**31 - 1 around. Compare them as they come (PyTorch promotes int32 with int64 to "
+                        "int64), or cast both up with .long().")
+    if case.q.min() > 2**31 and (case.k.min() < case.q.min() - 2**31):
+        Q, K, W = case.q[:, None], case.k[None, :], case.W
+        for base in (case.q[0], case.q.min(), case.k[0], case.k.min()):
+            if _explains(allowed((Q - base).to(I32), (K - base).to(I32), W), got):
+                return ("the positions were made relative (a first position subtracted) and the differences "
+                        "narrowed to int32: keys more than 2**31 older than the queries wrap around and look "
+                        "recent. Compare the positions as they come, in int64.")
+    ran = [*_big_cases(), *_mixed_cases()]  # in the order the check runs them: judge a cast on those before
+    at = next((i for i, c in enumerate(ran) if c.label == case.label and torch.equal(c.q, case.q)), len(ran))
+    passed_before = [c for c in ran[:at] if int(c.q.max()) < int(case.q.max())]
 
     def cast(c: Case, dt) -> torch.Tensor:
         return allowed(c.q.to(dt)[:, None], c.k.to(dt)[None, :], c.W)

@@ -254,3 +254,27 @@ def chunk_excludes_self(q_positions, k_positions, window_size):
     """Strictly earlier keys only (s < p): the query's own key is masked."""
     p, s = q_positions[:, None], k_positions[None, :]
     return (s < p) & (s > p - window_size)
+
+
+@wrong(NAME, "q_positions", "narrowed to int32", "int64")
+def query_cast_to_the_keys_dtype(q_positions, k_positions, window_size):
+    """`q_positions.to(k_positions.dtype)` "to compare like with like": an int64 query past 2**31 wraps in int32."""
+    q = q_positions.to(k_positions.dtype)[:, None]
+    k = k_positions[None, :]
+    return (k <= q) & (k > q - window_size)
+
+
+@wrong(NAME, "made relative", "int32")
+def relative_to_the_first_query_in_int32(q_positions, k_positions, window_size):
+    """Subtracts the first query position "to keep numbers small", then narrows to int32: keys 2**32 older wrap."""
+    base = q_positions[0]
+    q = (q_positions - base).int()[:, None]
+    k = (k_positions - base).int()[None, :]
+    return (k <= q) & (k > q - window_size)
+
+
+@wrong(NAME, "float64", "2**53")
+def positions_cast_to_float64(q_positions, k_positions, window_size):
+    """`.double()` "so the comparison is exact": float64 holds integers exactly only up to 2**53."""
+    q, k = q_positions.double()[:, None], k_positions.double()[None, :]
+    return (k <= q) & (k > q - window_size)
