@@ -57,15 +57,31 @@ class Run:
     args: tuple
     shape: tuple = SHAPE0
     dtype: torch.dtype = F32
-    zeros: bool = False
+    zeros: bool | str = False  # True: odd tokens all zeros; "runs": runs of zero tokens longer than the window
+    steps: int | None = None  # None: steps_for(capacity); more to reach positions past 127 (int8 positions wrap)
 
     def tokens(self) -> str:
         b, h, d = self.shape
         return f"tokens (batch={b}, heads={h}, 1, head_dim={d}) {short(self.dtype)}" + (
-            ", odd tokens all zeros" if self.zeros else "")
+            {"runs": ", zero tokens in runs longer than the window, the first token included"}.get(
+                self.zeros, ", odd tokens all zeros") if self.zeros else "")
 
     def plain(self, **change) -> "Run":
-        return Run(self.args, **{"shape": SHAPE0, "dtype": F32, "zeros": False, **change})
+        return Run(self.args, **{"shape": SHAPE0, "dtype": F32, "zeros": False, "steps": self.steps, **change})
+
+
+def zero_token(zeros, p: int, capacity: int) -> bool:
+    """Is token ``p`` all zeros in a run with this ``zeros`` setting?
+
+    ``True``: the odd tokens. ``"runs"``: tokens ``0 .. capacity`` (the first token, then a whole window of
+    zeros and one more), then two ordinary tokens, and so on: a cache that takes an all-zero window, or an
+    all-zero first token, for an empty one shows it there (with ``W = 1`` too).
+    """
+    if not zeros:
+        return False
+    if zeros == "runs":
+        return p % (capacity + 3) <= capacity
+    return p % 2 == 1
 
 
 class Judge:
@@ -103,7 +119,7 @@ class Step:
     ek: torch.Tensor
     ev: torch.Tensor
     base: int
-    zeros: bool
+    zeros: bool | str
     cache: object
 
 
@@ -199,16 +215,17 @@ def drive(judge: Judge, run: Run, dev, base: int = 0, cache=None, label: str = "
     if judge.fresh_positions:
         _fresh(title, cache)
     cap = judge.capacity
-    n = steps_for(cap)
+    n = run.steps or steps_for(cap)
     first = 2 * cap + 1
     inputs = Inputs()
     snap = None
     for p in range(n):
-        zero = run.zeros and p % 2 == 1
+        zero = zero_token(run.zeros, p, cap)
         case = f"{title}, {run.tokens()}, step {p + 1} (tokens 0..{p} fed so far)"
         k_new, v_new = token(p, run.dtype, dev, run.shape, base, zero)
         inputs.add(p, k_new, v_new)
         k, v = unpack_kv(case, call(case, "update()", cache.update, k_new, v_new))
+        inputs.check_untouched(case)  # first: a k_new changed in place (squeeze_) must not be judged as the input
         ek, ev = judge.oracle.update(*token(p, run.dtype, dev, run.shape, base, zero))
         check_kind(case, k, v, k_new)
         if p == 0 and library_inside(cache):
@@ -297,7 +314,7 @@ def isolate(e: ExerciseFailed, judge_cls, cls, run: Run, dev, snapshot=None) -> 
         found.append(f"with {short(run.dtype)} tokens it fails, with float32 it passes: keep k_new's dtype "
                      "throughout. torch.empty(0) and torch.zeros(...) default to float32 (use dtype=k_new.dtype or "
                      "k_new.new_zeros), .float() converts, and numpy has no bfloat16.")
-    if run.zeros and not _passes(judge_cls, cls, run.plain(zeros=True), dev):
+    if run.zeros and not _passes(judge_cls, cls, run.plain(zeros=run.zeros), dev):
         found.append("when some keys and values are all zeros it fails: zero is a legitimate key; never find "
                      "empty slots by looking for zeros, count the tokens written instead.")
     return rehint(e, " Also: ".join(found)) if found else e

@@ -18,7 +18,7 @@ from swkv_teach.grading._report import call, fail, show
 
 B, H, D = 2, 2, 3  # the default token shape: small but not square, so a wrong axis changes a shape
 AXES = ("batch", "heads", "tokens", "head_dim")
-STREAM = 100  # instance i of an interleaved run is fed tokens labelled 100 * i + p
+STREAM = 1000  # instance i of an interleaved run is fed tokens labelled 1000 * i + p (runs stay under 1000 steps)
 INSTANCES = "ABCDEFGH"
 
 
@@ -128,6 +128,10 @@ def check_kind(case: str, k: torch.Tensor, v: torch.Tensor, like: torch.Tensor, 
                            f"means concatenating along the wrong axis: use torch.cat([...], dim=2).")
 
 
+NARROW = {torch.int8: "holds positions up to 127", torch.uint8: "holds positions up to 255",
+          torch.int16: "holds positions up to 32767"}
+
+
 def as_positions(case: str, got, what: str = "positions") -> list:
     """A learner's positions as a list of ints: a 1-D tensor of an integer dtype, nothing else.
 
@@ -139,9 +143,14 @@ def as_positions(case: str, got, what: str = "positions") -> list:
             raise fail(case, f"{what} has shape {tuple(got.shape)}; expected a 1-D tensor (one position per key).")
         if got.is_floating_point() or got.is_complex() or got.dtype == torch.bool:
             raise fail(case, f"{what} has dtype {got.dtype}; positions must be an integer tensor.",
-                       got=got, what="positions",
+                       f"{what}: {show(got)}",
                        hint="window_mask and the decoder's attention refuse non-integer positions: build them with "
                        "torch.arange / torch.tensor(..., dtype=torch.long), not from float arithmetic.")
+        if got.dtype in NARROW:
+            raise fail(case, f"{what} has dtype {got.dtype}, which {NARROW[got.dtype]}: a conversation is longer "
+                       "than that, and its positions would wrap around to wrong (negative) numbers.",
+                       f"{what}: {show(got)}", hint="keep positions in torch.long (int64), like torch.arange's default, "
+                       "or int32 at least.")
         return [int(x) for x in got.tolist()]
     if isinstance(got, (list, tuple, range)):
         raise fail(case, f"{what} is a Python {type(got).__name__} ({show(list(got))}); expected a 1-D integer tensor.",
@@ -166,8 +175,14 @@ class Inputs:
 
     def check_untouched(self, case: str) -> None:
         for p, k, v, k0, v0 in self.fed:
+            for name, t, t0 in (("k_new", k, k0), ("v_new", v, v0)):
+                if t.shape != t0.shape:
+                    raise fail(case, f"the {name} passed in for token {p} changed shape, from {tuple(t0.shape)} to "
+                               f"{tuple(t.shape)}: your cache reshaped its caller's tensor in place.",
+                               hint="squeeze_, unsqueeze_, transpose_, t_ and resize_ change the caller's tensor "
+                               "itself; use the forms without the underscore (k_new.squeeze(2) returns a new view).")
             if not (torch.equal(k, k0) and torch.equal(v, v0)):
-                raise fail(case, f"the k_new/v_new tensors passed in for token {p} were changed by your cache afterwards.",
+                raise fail(case, f"the k_new/v_new tensors passed in for token {p} were changed by your cache.",
                            hint="a cache must never write into its caller's tensors: if you store k_new itself and "
                            "later write into that storage in place (copy_, [...] =, +=), copy it first "
                            "(k_new.clone(), or torch.cat, which makes a new tensor).")

@@ -36,6 +36,9 @@ SLIDING_RUNS = (
     Run((3,), (2, 2, 3)),  # batch == heads > 1: batch and heads swapped (same shape) shows only in the data
     Run((3,), (3, 1, 5), zeros=True),
     Run((2,), SHAPE0, BF16, zeros=True),
+    Run((1,), zeros="runs"),  # a zero first token, then windows of nothing but zeros
+    Run((3,), (1, 2, 2), zeros="runs"),
+    Run((2,), (1, 1, 2), steps=140),  # positions past 127, where int8 positions wrap
 )
 LIVE = ((2,), (5,), (3,), (3,))  # instances alive together, two with one window (a memo keyed on it)
 
@@ -166,7 +169,7 @@ class SlidingJudge(Judge):
                            hint=_changed_hint(s.k, s.ek))
             more = _lookahead(s.cache, s.p + 1, s, None)
             hint, generic = _window_hint(got, exp, s.p + 1, W, more, s.zeros)
-            zeros = ["(odd tokens are all zeros in this run and read as 0)"] if s.zeros else []
+            zeros = ["(zero tokens in this run are all zeros and read as 0)"] if s.zeros else []
             raise fail(s.case, "update() returned the keys of positions (left) vs expected (right):", *zeros,
                        expected=exp, got=got, hint=hint, generic=generic)
         _compare_values(s, labels(s.k, base=s.base))
@@ -235,8 +238,8 @@ def check_sliding_window_cache(cls) -> None:
     check_runs(SlidingJudge, cls, SLIDING_RUNS[1:], dev, snapshot, earlier=True)
     interleave(SlidingJudge, cls, LIVE, dev)
     passed(f"{_name(cls)} keeps exactly the last W tokens, like the library's SlidingWindowKVCache "
-           f"(W = {_shown(SLIDING_RUNS)}; runs of 4W + 3 tokens; {len({r.shape for r in SLIDING_RUNS})} token shapes; "
-           "float32/64, float16, bfloat16; zero tokens; 4 live instances; bounded memory).")
+           f"(W = {_shown(SLIDING_RUNS)}; runs of 4W + 3 tokens and one of 140; {len({r.shape for r in SLIDING_RUNS})} token "
+           "shapes; float32/64, float16, bfloat16; zero tokens, alone and in runs; 4 live instances; bounded memory).")
 
 
 # ---------------------------------------------------------------- ring
@@ -316,7 +319,7 @@ class RingJudge(Judge):
                 hint, generic = (f"token p landed in slot (p + {d}) % W, not p % W (with W = 4, after tokens 0..8 "
                                  f"the slots held {slots}, expected [8, 5, 6, 7]): is the slot computed after seen "
                                  "was incremented? Write into slot seen % W first, then add 1 to seen."), False
-            zeros = ["(odd tokens are all zeros in this run: a slot of zeros reads <zeros>, whether it holds a zero "
+            zeros = ["(some tokens are all zeros in this run: a slot of zeros reads <zeros>, whether it holds a zero "
                      "token or was never written)"] if s.zeros else []
             if not s.zeros and "0" in got + exp:
                 zeros = ["(<empty>: a slot that holds all zeros, i.e. was never written)"]
@@ -325,10 +328,12 @@ class RingJudge(Judge):
         _compare_values(s, labels(s.k, base=s.base), "Value positions, slot by slot:")
         got_pos, exp_pos = read_positions(s.case, s.cache), self.oracle.positions.tolist()
         if got_pos != exp_pos:
-            hint = "positions[i] must be the absolute position of key i of what update() just returned."
+            hint, generic = "positions[i] must be the absolute position of key i of what update() just returned.", True
             if got_pos == sorted(exp_pos):
-                hint = "positions is chronological but your keys come in slot order: report them in slot order."
-            raise fail(s.case, "positions after this update:", expected=exp_pos, got=got_pos, hint=hint)
+                hint, generic = ("positions is chronological but your keys come in slot order: report them in slot "
+                                 "order."), False
+            raise fail(s.case, "positions after this update:", expected=exp_pos, got=got_pos, hint=hint,
+                       generic=generic)
         self._ordered(s)
         if s.p + 1 >= W:
             now = (s.k.data_ptr(), s.v.data_ptr())
@@ -389,8 +394,8 @@ def check_ring_buffer_cache(cls) -> None:
     check_runs(RingJudge, cls, RING_RUNS, dev, pristine(cls))
     interleave(RingJudge, cls, LIVE, dev)
     passed(f"{_name(cls)} matches the library's RingBufferKVCache slot for slot (W = {_shown(RING_RUNS)}; "
-           f"{len({r.shape for r in RING_RUNS})} token shapes; float32/64, float16, bfloat16; zero tokens; 4 live "
-           "instances), with integer positions, "
+           f"{len({r.shape for r in RING_RUNS})} token shapes; float32/64, float16, bfloat16; zero tokens, alone and in "
+           "runs; a run of 140 tokens; 4 live instances), with integer positions, "
            "ordered() as a copy, no allocation once full and bounded memory.")
 
 

@@ -414,3 +414,14 @@ class PositionsOfTheWholeBuffer(_Ring):
     @property
     def positions(self):
         return self.pos.clone()
+
+
+@wrong("check_ring_buffer_cache", "all zeros", "count the tokens")
+class ReallocatesWhenTheBufferIsAllZeros(_Ring):
+    """`if self.k_buf is None or not self.k_buf.any()`: "nothing stored yet", so zero tokens restart the ring."""
+
+    def update(self, k_new, v_new):
+        if self.k_buf is None or not self.k_buf.any():
+            self.alloc(k_new)
+            self.seen = 0
+        return super().update(k_new, v_new)

@@ -298,3 +298,12 @@ class SinksFreshPositionsPlaceholder:
     @property
     def positions(self):
         return torch.tensor(self.pos, dtype=torch.long)
+
+
+@wrong("check_sink_cache", "int8", "torch.long")
+class PositionsInInt8(_Sinks):
+    """Positions kept as a compact int8 tensor: they wrap to negative numbers past 127."""
+
+    @property
+    def positions(self):
+        return torch.tensor(self.pos).to(torch.int8)

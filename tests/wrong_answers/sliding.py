@@ -489,3 +489,34 @@ class StacksTokens:
         self.ks = (self.ks + [k_new])[-self.window_size:]
         self.vs = (self.vs + [v_new])[-self.window_size:]
         return torch.stack(self.ks, dim=2), torch.stack(self.vs, dim=2)
+
+
+@wrong("check_sliding_window_cache", "all zeros", "count the tokens")
+class RestartsWhenTheWindowIsAllZeros:
+    """`if self.k is None or not self.k.any()`: a window of zero tokens reads as an empty cache and is dropped."""
+
+    def __init__(self, window_size):
+        self.window_size = window_size
+        self.k = self.v = None
+
+    def update(self, k_new, v_new):
+        if self.k is None or not self.k.any():
+            self.k, self.v = k_new, v_new
+        else:
+            self.k, self.v = torch.cat([self.k, k_new], dim=2), torch.cat([self.v, v_new], dim=2)
+        self.k, self.v = self.k[:, :, -self.window_size:], self.v[:, :, -self.window_size:]
+        return self.k, self.v
+
+
+@wrong("check_sliding_window_cache", "changed shape", "squeeze_")
+class SqueezesTheCallersTensor:
+    """`k_new.squeeze_(2)` to store (B, H, D) rows: reshapes the caller's tensor in place."""
+
+    def __init__(self, window_size):
+        self.window_size = window_size
+        self.ks, self.vs = [], []
+
+    def update(self, k_new, v_new):
+        self.ks = (self.ks + [k_new.squeeze_(2)])[-self.window_size:]
+        self.vs = (self.vs + [v_new.squeeze_(2)])[-self.window_size:]
+        return torch.stack(self.ks, dim=2), torch.stack(self.vs, dim=2)
