@@ -246,7 +246,7 @@ def _scenarios(cls) -> None:
     s.get(2)
     s.get(1)
 
-    s = _Script(cls, 3, "falsy keys and values (0, '', False, 0.0, a zero tensor)")
+    s = _Script(cls, 3, "falsy keys and values (0, '', False, 0.0, None, a zero tensor)")
     s.put(0, kv=(0, ""))
     s.put(1, kv=("", 0))
     s.put(2, kv=(False, torch.zeros(1)))
@@ -257,6 +257,11 @@ def _scenarios(cls) -> None:
     s.get(0)
     s.put(1, kv=(0, 0))
     s.get(1)
+    s.put(2, kv=(None, ""))  # None is a key or value like any other: get returns (None, ''), not a miss
+    s.get(2)
+    s.put(0, kv=("", None))
+    s.get(0)
+    s.get(2)
 
     s = _Script(cls, 3, "a re-put of the very same objects refreshes", state=False)
     for i in range(3):

@@ -254,9 +254,15 @@ class _Run:
                        expected=exp_n, got=len(table), what="blocks", hint=hint)
         order = [logical.get(b) for b in table]
         if None not in order and order != sorted(order):
-            hint = ("block_table is newest first: append new blocks at the end and return from the front (oldest "
-                    "first)." if order == sorted(order, reverse=True) else
-                    "block_table must list the blocks oldest first: the newest block last.")
+            if table == sorted(table) and len(table) > 1:
+                hint = ("block_table is sorted by block id, but ids say nothing about age: the pool hands out "
+                        "whichever block is free (a returned one comes back later). Keep the table in the order the "
+                        "blocks were taken: append each new block at the end, return from the front.")
+            elif order == sorted(order, reverse=True):
+                hint = ("block_table is newest first: append new blocks at the end and return from the front (oldest "
+                        "first).")
+            else:
+                hint = "block_table must list the blocks oldest first: the newest block last."
             raise fail(case, f"block_table {table} holds logical blocks {order}.", hint=hint)
         if table and logical.get(table[0]) is not None and logical[table[0]] != exp_pos[0] // bs:
             raise fail(case, f"block_table {table} starts with the block of tokens {logical[table[0]] * bs}.."
@@ -264,7 +270,16 @@ class _Run:
                        hint="you returned the newest block instead of the oldest: give back block_table[0] "
                        "(pop(0)), not block_table[-1].")
         if positions != exp_pos:
-            if len(positions) == len(exp_pos) - 1:
+            held = list(range(exp_pos[0] // bs * bs, exp_pos[-1] + 1)) if exp_pos else []
+            if positions == held and len(held) == len(exp_pos) + 1:
+                hint = (f"positions keeps W + 1 = {W + 1} tokens ({held[0]}..{held[-1]}, also every token of the blocks "
+                        f"held: is it one too many, or read off the blocks?); the window holds exactly W = {W}, "
+                        "range(max(0, seen - W), seen), whatever the blocks hold.")
+            elif positions == held and len(held) > len(exp_pos):
+                hint = (f"positions lists every token in the blocks held ({held[0]}..{held[-1]}), but the oldest "
+                        f"block also holds tokens that left the window: positions are the last W = {W} tokens, "
+                        "range(max(0, seen - W), seen), whatever the blocks hold.")
+            elif len(positions) == len(exp_pos) - 1:
                 hint = f"positions keeps W - 1 = {W - 1} tokens; the window holds W = {W}, the newest included."
             elif len(positions) == len(exp_pos) + 1:
                 hint = f"positions keeps W + 1 = {W + 1} tokens; the window holds exactly W = {W}."

@@ -265,7 +265,7 @@ MUTANTS = [
     lru_scenario('3, "get promotes", state=False', "get-promotes"),
     lru_scenario('3, "re-put refreshes", state=False', "re-put"),
     lru_scenario('4, "gets and re-puts while the cache still has room"', "room"),
-    lru_scenario('3, "falsy keys and values (0, \'\', False, 0.0, a zero tensor)"', "falsy"),
+    lru_scenario('3, "falsy keys and values (0, \'\', False, 0.0, None, a zero tensor)"', "falsy"),
     lru_scenario('3, "a re-put of the very same objects refreshes", state=False', "same-objects"),
     M("probe-lru-random", "swkv_teach/grading/lru.py", "        _random(cls)\n", "",
       "the LRU check skips its random operations", LRU_CATALOGUE),

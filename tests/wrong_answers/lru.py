@@ -326,7 +326,7 @@ class PromotesOnlyWhenFull(_LRU):
         return self.cache[token_id]
 
 
-@wrong("check_lru_cache", "falsy value is lost", "as a miss", "is none")
+@wrong("check_lru_cache", "falsy value is lost", "as a miss", "in self.cache")
 class FalsyValueIsAMiss:
     """Keys and values in two dicts; get tests `if not self.values.get(id)`: a stored 0 or '' reads as a miss."""
 
@@ -473,3 +473,30 @@ class KeyTruthiness:
             return None
         self.d.move_to_end(token_id)
         return self.d[token_id]
+
+
+@wrong("check_lru_cache", "falsy key is lost", "none", "in self.cache")
+class NoneKeyReadsAsAMiss:
+    """Keys and values in two dicts; get tests `self.keys.pop(id, None) is None`, so a stored key None is a miss
+    (and its entry is dropped)."""
+
+    def __init__(self, max_size):
+        if max_size <= 0:
+            raise ValueError(f"max_size must be positive; got {max_size}")
+        self.max_size, self.keys, self.values = max_size, {}, {}
+
+    def put(self, token_id, key, value):
+        self.keys.pop(token_id, None)
+        self.values.pop(token_id, None)
+        self.keys[token_id], self.values[token_id] = key, value
+        while len(self.keys) > self.max_size:
+            old = next(iter(self.keys))
+            del self.keys[old], self.values[old]
+
+    def get(self, token_id):
+        k = self.keys.pop(token_id, None)
+        if k is None:
+            return None
+        v = self.values.pop(token_id)
+        self.keys[token_id], self.values[token_id] = k, v
+        return (k, v)

@@ -392,3 +392,22 @@ class CurrentBlockByTruthiness:
         for _, b in self.table:
             self.pool.give(b)
         self.table, self.seen, self.current = [], 0, None
+
+
+@wrong("check_paged_window", "sorted by block id", "order the blocks were taken")
+class TableSortedByBlockId(PagedBase):
+    """`sorted(self.table)`: on a fresh pool ids grow with time, but a block given back comes out again later."""
+
+    @property
+    def block_table(self):
+        return sorted(self.table)
+
+
+@wrong("check_paged_window", "blocks held", "whatever the blocks hold")
+class PositionsReadOffTheBlocks(PagedBase):
+    """Positions are every token the held blocks contain: the oldest block also holds tokens that left the window."""
+
+    @property
+    def positions(self):
+        bs = self.pool.block_size
+        return list(range(self.first * bs, self.seen))
