@@ -121,9 +121,11 @@ def test_paged_window_failure_shows_the_case_and_the_block_counts():
 
 # ------------------------------------------------------------------ exercise 09, right answers
 def quantize_by_reciprocal(x):
-    """Multiplies by 127 / absmax in float64, clamps the absmax from below instead of masking zeros."""
+    """Multiplies by 127 / absmax in float64, clamps the absmax from below instead of masking zeros (at 1e-300, far
+    below any float32 or float16 value, so no row's scale is floored: a clamp at 1e-30 is the eps the statement
+    forbids, and fails on the check's 1e-37 rows)."""
     absmax = torch.maximum(x.amax(-1, keepdim=True), -x.amin(-1, keepdim=True)).double()
-    q = (x.double() * (127.0 / absmax.clamp_min(1e-30))).round().clamp(-127, 127).to(torch.int8)
+    q = (x.double() * (127.0 / absmax.clamp_min(1e-300))).round().clamp(-127, 127).to(torch.int8)
     return q, (absmax / 127).float()
 
 

@@ -68,6 +68,16 @@ def _as_indices(total, positions, budget, recent):
     return torch.tensor([index[p] for p in kept.tolist()], dtype=torch.long), sc
 
 
+def _mixed_key(scores, positions, protected):
+    order = torch.argsort(scores.double() * 1000 + positions.double() * 1e-3, stable=True)
+    return order[~protected[order]]
+
+
+def _in_weights_dtype(s, w):
+    """The total computed in the weights' own dtype (bfloat16/float16), then widened."""
+    return (s.to(w.dtype) + w.mean(dim=(0, 1)).sum(0)).float()
+
+
 def avg(w):  # the right average, for the slips that change something else
     return head_average(w)
 
@@ -174,6 +184,16 @@ SLIPS = [  # (name, hint, answer(scores, weights, positions, budget, recent))
      "after averaging batch and heads). Summed over the keys, each query's row adds up to 1 and every key gets the "
      "same constant, so the old scores alone decide.",
      lambda s, w, p, b, r: keep_after(s + avg(w).sum(-1), p, b, recent_mask(p, r))),
+    ("added up in the weights' half-precision dtype",
+     "bfloat16 keeps 8 significant bits (float16 11): scores 0.3024 and 0.3020, or a sum 0.25 + 2**-10, come out "
+     "equal there and the order of the tokens is lost. Compute the totals in float32 (weights.float(), "
+     "scores.float()) before adding, averaging and summing.",
+     lambda s, w, p, b, r: keep_after(_in_weights_dtype(s, w), p, b, recent_mask(p, r))),
+    ("ranked the tokens by one number mixing score and position",
+     "a sort key like score * 1000 + position * 1e-3 lets a later position outweigh a real score difference "
+     "(positions grow without end). Break ties by age with two sorts: by position first, then a stable sort by "
+     "score.",
+     lambda s, w, p, b, r: keep_after(s + avg(w).sum(0), p, b, recent_mask(p, r), _mixed_key)),
     ("evicted only one token",
      "a chunk can put the cache over budget by more than one: evict len(positions) - budget tokens.",
      lambda s, w, p, b, r: keep_after(s + avg(w).sum(0), p, b, recent_mask(p, r), n_drop=min(1, max(0, len(p) - b)))),

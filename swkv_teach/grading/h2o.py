@@ -164,6 +164,18 @@ def _scripted():
     w = torch.full((2, 3, 1, 6), 1 / 6).to(torch.bfloat16)  # every key the same share: the old scores decide
     cases.append(("equal scores (ties) in slot order, batch 2, 3 heads, bfloat16",  # slot != age != newest first
                   torch.tensor([0.5, 0.5, 0.0, 1.0, 0.5, 0.5]), w, torch.tensor([5, 7, 8, 3, 4, 6]), 4, 1))
+    # precision: old scores 4e-4 apart, which bfloat16 merges (adding in the weights' dtype loses their order)
+    cases.append(("old scores 0.3024 and 0.3020 (one bfloat16 value), bfloat16 attention all zero",
+                  torch.tensor([0.9, 0.3024, 0.3020, 0.7, 0.5, 0.0]), torch.zeros(1, 1, 1, 6, dtype=torch.bfloat16),
+                  torch.arange(6), 5, 1))
+    # precision: two queries' bfloat16 shares 0.25 + 2**-10, which a bfloat16 sum rounds to 0.25 (a tie)
+    w = torch.tensor([[0.375, 0.25, 2**-10, 0.125, 0.25, 0.0],
+                      [0.25, 0.3125, 0.25, 0.125, 0.0625, 0.0]]).view(1, 1, 2, 6).to(torch.bfloat16)
+    cases.append(("bfloat16 attention of 2 queries: token 2 gets 0.25 + 2**-10 (bfloat16 rounds the sum to 0.25)",
+                  torch.zeros(6), w, torch.arange(6), 5, 1))
+    # late positions, close scores: a sort key mixing score and position (score * 1000 + pos * 1e-3) misranks
+    cases.append(("old scores 0.300 and 0.299 at positions 3000 and 8000", torch.tensor([0.9, 0.300, 0.299, 0.8, 0.7, 0.0]),
+                  torch.zeros(1, 1, 1, 6), torch.tensor([0, 3000, 8000, 8001, 8002, 8003]), 5, 1))
     # under budget: nothing evicted, still accumulated
     w = _weights(2, 3, 2, torch.arange(4), g)
     cases.append(("under budget (4 keys, budget 6)", torch.tensor([0.5, 0.25, 0.0, 0.0]), w, torch.arange(4), 6, 2))

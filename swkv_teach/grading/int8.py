@@ -16,7 +16,7 @@ where it only costs bits; where it does harm it fails, named: a float16 scale un
 for quiet tokens (the float16-subnormal case).
 
 Cases vary what the statement leaves free: batch != heads, one head, head_dims 2 to 16,
-several tokens at once, float32/float16/bfloat16/float64, magnitudes from 1e-8 to 1e3
+several tokens at once, float32/float16/bfloat16/float64, magnitudes from 1e-39 to 1e3
 between tokens and heads (so one scale per tensor, or a floor on the scale, shows), float16
 subnormals, rows whose largest magnitude is negative, exact ties, all-zero tokens and an
 all-zero tensor. The library's own ``quantize_int8`` / ``dequantize_int8`` are refused as answers.
@@ -62,6 +62,11 @@ def _cases():
     sub = torch.randn(2, 1, 3, 4, generator=g) * torch.tensor([1e-7, 1e-6, 3e-5, 1e-3, 1e-6, 0.0]).view(2, 1, 3, 1)
     yield "float16 subnormals (below 6.1e-5) and a zero token", sub.half()
     yield "an all-zero tensor", torch.zeros(1, 3, 2, 4, dtype=torch.bfloat16)
+    # float32 rows far below 1e-8: an eps or floor on the scale (clamp_min(1e-30), finfo.tiny) rounds them to 0, and
+    # x * (1 / scale) overflows once the scale is subnormal (1 / 7.9e-40 is inf): the scale is max|x| / 127 exactly
+    deep = torch.tensor([1e-33, -5e-34, 2e-34, 0.0, 1e-37, 0.0, -5e-38, 3e-38, 0.5, -1.0, 0.25, 0.75,
+                         2e-38, -1e-38, 5e-39, 1e-39], dtype=torch.float64).view(1, 2, 2, 4)
+    yield "tiny float32 magnitudes, 1e-39 to 1e-33 (subnormal scales), beside a token of magnitude 1", deep.float()
 
 
 def _floor(s: torch.Tensor, e: torch.Tensor, nonzero: torch.Tensor) -> float | None:
@@ -188,13 +193,17 @@ def _check_quantize(quantize, x: torch.Tensor, title: str, qn: str):  # noqa: C9
     with _CastWatch() as watch:
         got = call(title, f"{qn}(x)", quantize, xd)
     if watch.bad is not None and bool(torch.isfinite(x).all()):
-        raise fail(title, f"{qn}(x) converted {watch.bad[1]} NaN or infinite value(s) to an integer type (through torch's "
-                   f"`{watch.bad[0]}`); x holds none, so they came from dividing by a zero scale: "
-                   + ("x has an all-zero row, whose absmax is 0, and 0 / 0 is NaN." if bool(
-                       (x.abs().amax(-1) == 0).any()) else "a scale of 0."),
-                   "What NaN becomes in int8 is not defined (0 on x86 today, not everywhere).",
-                   hint="guard the all-zero rows: divide by torch.where(scale > 0, scale, torch.ones_like(scale)) "
-                   "(x / 1 = 0 there) and return scale itself (0 for those rows).")
+        head = (f"{qn}(x) converted {watch.bad[1]} NaN or infinite value(s) to an integer type (through torch's "
+                f"`{watch.bad[0]}`); x holds none, so they came from the scale: ")
+        undefined = "What NaN or inf becomes in int8 is not defined (0 on x86 today, not everywhere)."
+        if bool((x.abs().amax(-1) == 0).any()):
+            raise fail(title, head + "x has an all-zero row, whose absmax is 0, and 0 / 0 is NaN.", undefined,
+                       hint="guard the all-zero rows: divide by torch.where(scale > 0, scale, torch.ones_like(scale)) "
+                       "(x / 1 = 0 there) and return scale itself (0 for those rows).")
+        raise fail(title, head + "no row is all zeros here, but the quietest rows have subnormal scales (absmax / 127 "
+                   "below 1.2e-38), whose reciprocal 1 / scale overflows to inf, or a scale that rounded to 0.",
+                   undefined, hint="divide by the scale itself, x / scale (never x * (1 / scale)), with the scale "
+                   "computed in float32 as absmax / 127.")
     if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
         raise fail(title, f"{qn}(x) returned {show(got)}; expected (q, scale), two tensors.")
     q, scale = got
@@ -322,7 +331,7 @@ def check_int8_quantize(quantize, dequantize=None) -> None:
                        "element within half a step.")
         n += 1
     passed(f"{qn} / {dn} quantise to int8 with one absmax / 127 scale per token and head, within half a step, "
-           f"on {n} cases (4 dtypes, head_dims 2-16, ties, zeros, magnitudes 1e-8..1e3, float16 subnormals).")
+           f"on {n} cases (4 dtypes, head_dims 2-16, ties, zeros, magnitudes 1e-39..1e3, float16 subnormals).")
 
 
 __all__ = ["check_int8_quantize"]

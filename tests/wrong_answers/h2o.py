@@ -326,3 +326,18 @@ def h2o_protect_by_truthiness(scores, weights, positions, budget, recent):
     for i in order[: max(0, len(positions) - budget)]:
         keep[i] = False
     return positions[keep], total[keep]
+
+
+@wrong("check_h2o_keep", "half-precision dtype", "float32")
+def adds_up_in_bfloat16(scores, weights, positions, budget, recent):
+    """Everything in the weights' dtype, "to save memory": bfloat16 merges scores 4e-4 apart."""
+    total = (scores.to(weights.dtype) + weights.mean(dim=(0, 1)).sum(dim=0)).float()
+    return _choose(total, positions, budget, _outside_recent(positions, recent))
+
+
+@wrong("check_h2o_keep", "mixing score and position", "two sorts")
+def one_sort_key_for_score_and_age(scores, weights, positions, budget, recent):
+    """Ranks by `score * 1000 + position * 1e-3`, one argsort for "lowest, oldest first": late positions outweigh scores."""
+    total = _total(scores, weights)
+    key = lambda i: float(total[i]) * 1000 + int(positions[i]) * 1e-3  # noqa: E731
+    return _choose(total, positions, budget, _outside_recent(positions, recent), key=key)

@@ -249,3 +249,20 @@ def scale_rounded_to_half(x):
 
 wrong("check_int8_quantize", "wrong dtype", ".to(dtype)")(pair(right_quantize, deq_no_cast))
 wrong("check_int8_quantize", "rounded to float16", "float32")(pair(scale_rounded_to_half))
+
+
+def scale_floored_at_1e_30(x):
+    """`scale.clamp_min(1e-30)` "to avoid dividing by zero": rows quieter than 127e-30 get too few levels, or none."""
+    scale = (_absmax(x) / 127).clamp_min(1e-30)
+    return torch.round(x.float() / scale).clamp(-127, 127).to(torch.int8), scale
+
+
+def multiplies_by_the_reciprocal(x):
+    """`x * (1 / scale)`, zero rows guarded: 1 / scale overflows to inf for a subnormal scale (absmax < 1.5e-36)."""
+    scale = _absmax(x) / 127
+    inv = 1 / torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.round(x.float() * inv).clamp(-127, 127).to(torch.int8), scale
+
+
+wrong("check_int8_quantize", "floor on the scale", "1e-30")(pair(scale_floored_at_1e_30))
+wrong("check_int8_quantize", "subnormal", "x / scale")(pair(multiplies_by_the_reciprocal))
