@@ -48,9 +48,32 @@ def build(tf, family: str, W: int):
             model = tf.Gemma2ForCausalLM(tf.Gemma2Config(**DIMS, num_hidden_layers=2, sliding_window=W))
         else:  # Gemma 3: sliding, sliding, full (not a plain alternation)
             types = ["sliding_attention", "sliding_attention", "full_attention"]
-            model = tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(**DIMS, num_hidden_layers=3, sliding_window=W,
-                                                             layer_types=types))
+            text = tf.Gemma3TextConfig(**DIMS, num_hidden_layers=3, sliding_window=W, layer_types=types)
+            if family == MULTIMODAL:  # the image-text model: its config keeps the language model's in text_config
+                vision = tf.SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                               num_attention_heads=2, image_size=14, patch_size=7)
+                model = tf.Gemma3ForConditionalGeneration(tf.Gemma3Config(
+                    text_config=text.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4))
+            else:
+                model = tf.Gemma3ForCausalLM(text)
     return model.eval()
+
+
+MULTIMODAL = "Gemma 3 image-text (Gemma3ForConditionalGeneration)"
+
+
+def multimodal(tf, cls, ring_cache) -> None:
+    """``ring_cache`` on an image-text Gemma 3, whose top config has no ``num_hidden_layers`` or ``sliding_window``
+    (they are in ``text_config``): the layers only, no forward (that needs images)."""
+    try:
+        cache_of(tf, cls, ring_cache, build(tf, MULTIMODAL, 2), MULTIMODAL, 2)
+    except ExerciseFailed as e:
+        if "AttributeError" in str(e) or getattr(e, "generic", False):
+            raise rehint(e, "an image-text model's config holds its language model's settings in text_config (its "
+                         "top config has no num_hidden_layers or sliding_window): read them from "
+                         "model.config.get_text_config(decoder=True), which is the config itself for a text-only "
+                         "model.") from None
+        raise
 
 
 def cache_of(tf, cls, ring_cache, model, family: str, W: int):
@@ -116,6 +139,7 @@ def models(tf, cls, ring_cache) -> tuple[int, int]:
                     s += q
                     calls += 1
         gen_steps += _generate(tf, cls, ring_cache, model, family, W, ids[:, : W + 2], kw)
+    multimodal(tf, cls, ring_cache)
     return calls, gen_steps
 
 

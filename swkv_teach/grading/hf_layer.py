@@ -23,7 +23,8 @@ Two parts, each with the messages it can give:
    ``model(...)`` calls (batch 2 with a prompt shorter than W, batch 1 with one longer) give each chunk's
    logits within 1e-4 of one forward of the whole sequence, and so does every step of greedy ``generate``
    (the reference is that forward, not transformers' default cache, which is wrong for ``sliding_window =
-   1``: see ``_hf_models._generate``).
+   1``: see ``_hf_models._generate``). Last, ``ring_cache`` on an image-text Gemma 3, whose layers are described
+   in ``config.text_config`` (layer types only: its forward needs images).
 
 transformers is imported only when the check runs: without it the check fails with the install line.
 """
@@ -70,13 +71,16 @@ def _label(positions, shape, dtype, dev, stream: int = 0):
     """Keys and values for ``positions``: element 0 is ``p + 1``, element 1 tags (batch row, head, stream).
 
     Every other element repeats ``p + 1`` with alternating sign, values are minus the keys. All are small
-    integers, exact in every dtype, so a returned tensor is decoded back to positions without rounding.
+    integers, exact in every dtype, so a returned tensor is decoded back to positions without rounding; in float64
+    element 2 is off by 0.1, which float32 cannot hold exactly (a float32 buffer shows there).
     """
     B, H, D = shape
     p = torch.as_tensor(list(positions), dtype=torch.float64).view(1, 1, -1, 1) + 1
     sign = torch.tensor([(-1.0) ** d for d in range(D)], dtype=torch.float64)
     k = (p * sign).expand(B, H, p.shape[2], D).clone()
     k[..., 1] = (torch.arange(B * H, dtype=torch.float64).view(B, H, 1) + 1 + 8 * stream)
+    if dtype == torch.float64 and D > 2:
+        k[..., 2] += 0.1  # exact to float64's last bit, not float32's: a buffer kept in float32 shows here
     return k.to(dtype=dtype, device=dev), (-k).to(dtype=dtype, device=dev)
 
 
@@ -165,6 +169,11 @@ def _step(c: _Ctx, layer, n: int, q: int, before: int) -> None:
     order = sorted(range(len(pos)), key=pos.__getitem__)
     ek, ev = _label(want, c.shape, c.dtype, c.dev, c.stream)
     if not torch.equal(k[:, :, order], ek):
+        if torch.allclose(k[:, :, order], ek, rtol=1e-6, atol=0) and k.dtype == torch.float64:
+            raise fail(case, "the keys returned are float64 but off in their last bits (0.1 came back as "
+                       f"{float(k[:, :, order][0, 0, 0, 2] - ek[0, 0, 0, 2] + 0.1 * (1 if ek[0, 0, 0, 2] > 0 else -1))!r}"
+                       "): they went through float32 on the way.", hint="allocate the buffers with key_states' "
+                       "dtype (key_states.new_zeros(B, H, W, D)), not float32, and convert nothing.")
         raise fail(case, "the keys returned hold the right positions for batch row 0, head 0, but not for every "
                    "row, head and element.", hint="batch and heads are mixed up, or a row was written to the wrong "
                    "place: write a token with buf[:, :, slot] = key_states[:, :, i], dims (B, H, tokens, D).")
@@ -353,5 +362,5 @@ def check_hf_cache_layer(RingLayer, ring_cache=None) -> None:
     passed(f"{_name(RingLayer)} / {_name(ring_cache)}: seen counts, mask sizes and keys exact on {steps} updates "
            f"(windows 1-8, chunks of 1 to W + 3, 4 dtypes, 3 layers alive at once); inside tiny Mistral, Gemma 2 and "
            f"Gemma 3, logits within {ATOL:g} of transformers' on {calls} chunked calls and {gen} greedy generate "
-           "steps, full layers left unwindowed.")
+           "steps, full layers left unwindowed (an image-text Gemma 3's too).")
 

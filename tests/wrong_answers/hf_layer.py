@@ -344,3 +344,31 @@ class TransformersOwnLayer(DynamicSlidingWindowLayer):
     """Hands in transformers' own sliding layer (a subclass that only renames it)."""
 
     ring_cache = _Ring.__dict__["ring_cache"]
+
+
+# --------------------------------------------------------------------------------------------- this session's
+@wrong(CHECK, "float64", "float32", "key_states' dtype")
+class Float32BuffersCastBack(_Ring):
+    """The ring is always float32 ("attention runs in float32 anyway"), returned cast back to the keys' dtype."""
+
+    def lazy_initialization(self, key_states, value_states):
+        B, H, _, D = key_states.shape
+        self.k_buf = torch.zeros(B, H, self.sliding_window, D, device=key_states.device)
+        self.v_buf = torch.zeros(B, H, self.sliding_window, D, device=key_states.device)
+        self.is_initialized = True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        k, v = super().update(key_states.float(), value_states.float())
+        return k.to(key_states.dtype), v.to(value_states.dtype)
+
+
+@wrong(CHECK, "image-text", "get_text_config")
+class ReadsTheTopConfig(_Ring):
+    """ring_cache reads model.config itself: an image-text Gemma 3 keeps its layers' settings in text_config."""
+
+    @classmethod
+    def ring_cache(cls, model) -> Cache:
+        config = model.config
+        n = config.num_hidden_layers
+        types = list(getattr(config, "layer_types", None) or ["sliding_attention"] * n)[:n]
+        return Cache(layers=[cls(config.sliding_window) if t == "sliding_attention" else DynamicLayer() for t in types])
