@@ -372,3 +372,14 @@ class ReadsTheTopConfig(_Ring):
         n = config.num_hidden_layers
         types = list(getattr(config, "layer_types", None) or ["sliding_attention"] * n)[:n]
         return Cache(layers=[cls(config.sliding_window) if t == "sliding_attention" else DynamicLayer() for t in types])
+
+
+@wrong(CHECK, "one and the same", "per model layer")
+class OneLayerObjectForEveryLayer(_Ring):
+    """ring_cache builds one RingLayer and one DynamicLayer and hands the same objects to every layer."""
+
+    @classmethod
+    def ring_cache(cls, model) -> Cache:
+        W, types = layer_types(model)
+        ring, full = cls(W), DynamicLayer()
+        return Cache(layers=[ring if t == "sliding_attention" else full for t in types])
