@@ -215,6 +215,13 @@ def diagnose(cls) -> str | None:
     if s is not None and _held(s) != {0, 1, 2}:
         return (f"get(9), a miss, changed the cache: afterwards only {sorted(_held(s))} of 0, 1, 2 can be found. "
                 "A miss returns None and stores nothing (no placeholder, no eviction).")
+    # a placeholder that evicts nothing at once shows at the next put: put(3) must push out 0 alone
+    s = _probe(cls, 3, [*_fill(3), ("get", 9), *_puts(3)])
+    plain = _probe(cls, 3, [*_fill(3), *_puts(3)])
+    if s is not None and plain is not None and _held(plain) == {1, 2, 3} and _held(s) != {1, 2, 3}:
+        return (f"get(9), a miss, took a place in the cache: after it, put(3) left only {sorted(_held(s))} of 1, 2, 3 "
+                "(without the miss, all three stay). A miss returns None and stores nothing: look the id up with `in` "
+                "or dict.get, not a defaultdict's [] or setdefault, which insert it.")
     # re-put of the middle entry of a full cache: nothing may be evicted
     s = _probe(cls, 3, [*_fill(3), ("put", 1, "k1'", "v1'")])
     if s is not None:

@@ -500,3 +500,28 @@ class NoneKeyReadsAsAMiss:
         v = self.values.pop(token_id)
         self.keys[token_id], self.values[token_id] = k, v
         return (k, v)
+
+
+@wrong("check_lru_cache", "a miss, took a place", "setdefault")
+class MissInsertsAPlaceholder:
+    """`self.d.setdefault(token_id, None)` in get: a miss inserts a placeholder that takes a stored entry's place."""
+
+    def __init__(self, max_size):
+        if max_size <= 0:
+            raise ValueError(f"max_size must be positive; got {max_size}")
+        self.max_size = max_size
+        self.d = OrderedDict()
+
+    def put(self, token_id, key, value):
+        if token_id in self.d:
+            self.d.move_to_end(token_id)
+        self.d[token_id] = (key, value)
+        while len(self.d) > self.max_size:
+            self.d.popitem(last=False)
+
+    def get(self, token_id):
+        entry = self.d.setdefault(token_id, None)
+        if entry is None:
+            return None
+        self.d.move_to_end(token_id)
+        return entry
