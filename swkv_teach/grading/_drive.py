@@ -62,9 +62,12 @@ class Run:
 
     def tokens(self) -> str:
         b, h, d = self.shape
-        return f"tokens (batch={b}, heads={h}, 1, head_dim={d}) {short(self.dtype)}" + (
-            {"runs": ", zero tokens in runs longer than the window, the first token included"}.get(
-                self.zeros, ", odd tokens all zeros") if self.zeros else "")
+        zeros = ""
+        if self.zeros == "runs":
+            zeros = ", zero tokens in runs longer than the window, the first token included"
+        elif self.zeros:
+            zeros = ", odd tokens all zeros"
+        return f"tokens (batch={b}, heads={h}, 1, head_dim={d}) {short(self.dtype)}{zeros}"
 
     def plain(self, **change) -> "Run":
         return Run(self.args, **{"shape": SHAPE0, "dtype": F32, "zeros": False, "steps": self.steps, **change})

@@ -94,9 +94,10 @@ def cache_of(tf, cls, ring_cache, model, family: str, W: int):
     if len(layers) != len(types):
         raise fail(case, f"the cache has {len(layers)} layers; the model has {len(types)}.",
                    hint="one layer per model layer (config.num_hidden_layers).")
+    first = {}
     for i, layer in enumerate(layers):
-        j = next((j for j in range(i) if layers[j] is layer), None)
-        if j is not None:
+        j = first.setdefault(id(layer), i)
+        if j != i:
             raise fail(case, f"layers {j} and {i} are one and the same {type(layer).__name__} object.", hint="each "
                        "model layer has its own keys and values: build a new layer object per model layer "
                        "([RingLayer(W) for ...], not [layer] * n), or the second layer overwrites the first's.")

@@ -179,9 +179,9 @@ def _falsy(cls) -> str | None:
             which = "value" if kv[0] == "k" else "key"
             return (f"a falsy {which} is lost: after put(5, {kv[0]!r}, {kv[1]!r}), get(5) returned None (put dropped "
                     "it, or get read it as a miss). A test like `if not key:` in put, or `if not self.cache.get("
-                    "token_id)` / `if value:` in get, is False for 0, '', False, None or a zero tensor, which are legitimate "
-                    "keys and values. Test presence with `token_id in self.cache`, never by the stored key or value "
-                    "(a stored None is present too).")
+                    "token_id)` / `if value:` in get, is False for 0, '', False, None or a zero tensor, which are "
+                    "legitimate keys and values. Test presence with `token_id in self.cache`, never by the stored key "
+                    "or value (a stored None is present too).")
     return None
 
 

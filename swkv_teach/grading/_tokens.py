@@ -149,8 +149,8 @@ def as_positions(case: str, got, what: str = "positions") -> list:
         if got.dtype in NARROW:
             raise fail(case, f"{what} has dtype {got.dtype}, which {NARROW[got.dtype]}: a conversation is longer "
                        "than that, and its positions would wrap around to wrong (negative) numbers.",
-                       f"{what}: {show(got)}", hint="keep positions in torch.long (int64), like torch.arange's default, "
-                       "or int32 at least.")
+                       f"{what}: {show(got)}",
+                       hint="keep positions in torch.long (int64), like torch.arange's default, or int32 at least.")
         return [int(x) for x in got.tolist()]
     if isinstance(got, (list, tuple, range)):
         raise fail(case, f"{what} is a Python {type(got).__name__} ({show(list(got))}); expected a 1-D integer tensor.",

@@ -238,8 +238,9 @@ def check_sliding_window_cache(cls) -> None:
     check_runs(SlidingJudge, cls, SLIDING_RUNS[1:], dev, snapshot, earlier=True)
     interleave(SlidingJudge, cls, LIVE, dev)
     passed(f"{_name(cls)} keeps exactly the last W tokens, like the library's SlidingWindowKVCache "
-           f"(W = {_shown(SLIDING_RUNS)}; runs of 4W + 3 tokens and one of 140; {len({r.shape for r in SLIDING_RUNS})} token "
-           "shapes; float32/64, float16, bfloat16; zero tokens, alone and in runs; 4 live instances; bounded memory).")
+           f"(W = {_shown(SLIDING_RUNS)}; runs of 4W + 3 tokens and one of 140; "
+           f"{len({r.shape for r in SLIDING_RUNS})} token shapes; float32/64, float16, bfloat16; zero tokens, alone and in "
+           "runs; 4 live instances; bounded memory).")
 
 
 # ---------------------------------------------------------------- ring
@@ -394,8 +395,8 @@ def check_ring_buffer_cache(cls) -> None:
     check_runs(RingJudge, cls, RING_RUNS, dev, pristine(cls))
     interleave(RingJudge, cls, LIVE, dev)
     passed(f"{_name(cls)} matches the library's RingBufferKVCache slot for slot (W = {_shown(RING_RUNS)}; "
-           f"{len({r.shape for r in RING_RUNS})} token shapes; float32/64, float16, bfloat16; zero tokens, alone and in "
-           "runs; a run of 140 tokens; 4 live instances), with integer positions, "
+           f"{len({r.shape for r in RING_RUNS})} token shapes; float32/64, float16, bfloat16; zero tokens, alone and "
+           "in runs; a run of 140 tokens; 4 live instances), with integer positions, "
            "ordered() as a copy, no allocation once full and bounded memory.")
 
 

@@ -253,9 +253,9 @@ def _cast_hint(case: Case, got: torch.Tensor) -> str:
         for which, mask in (("q_positions", allowed(Q.to(I32).long(), K, W)),
                             ("k_positions", allowed(Q, K.to(I32).long(), W))):
             if _explains(mask, got):
-                return (f"{which} (or a difference with it) was narrowed to int32: here q_positions is {q_dt} and k_positions {k_dt}, and "
-                        f"casting the int64 one to the other's dtype (.to(other.dtype), .type_as) wraps positions "
-                        "past 2**31 - 1 around. Compare them as they come (PyTorch promotes int32 with int64 to "
+                return (f"{which} (or a difference with it) was narrowed to int32: here q_positions is {q_dt} "
+                        f"and k_positions {k_dt}, and casting the int64 one to the other's dtype (.to(other.dtype), "
+                        ".type_as) wraps positions past 2**31 - 1 around. Compare them as they come (PyTorch promotes int32 with int64 to "
                         "int64), or cast both up with .long().")
     if case.q.min() > 2**31 and (case.k.min() < case.q.min() - 2**31):
         Q, K, W = case.q[:, None], case.k[None, :], case.W

@@ -237,18 +237,15 @@ def _grade(path: Path, timeout: float, row: dict, limits: Limits) -> dict:
         # (a check cell replaced by a fake "✅" raises nothing); "errors" is left for right answers beside
         # cells that raised.
         row["status"] = "failed" if failed else "errors" if raised else "ok"
-        reasons, verdicts = [], set()
-        for ex_id in failed:
-            entry = next(f for f in fb if f.startswith(f"[{ex_id}]"))
-            verdicts.add(_first_line(entry.split("\n", 1)[1].strip() if "\n" in entry else entry))
-            if ex_id == failed[0]:
-                reasons.append(f"exercise {ex_id} failed: {next(iter(verdicts))}")
+        entries = [next(f for f in fb if f.startswith(f"[{ex_id}]")) for ex_id in failed]
+        verdicts = [_first_line(e.split("\n", 1)[1].strip() if "\n" in e else e) for e in entries]
+        reasons = [f"exercise {failed[0]} failed: {verdicts[0]}"] if failed else []
         # A learner's own check cell raises the verdict the official check just gave: say it once.
         others = [(i, t) for i, t in raised if _first_line(t) not in verdicts]
         if others:
             n = len(others)
-            reasons.append(f"{n} {'other ' if failed else ''}cell{'s' * (n > 1)} raised, first: cell {others[0][0] + 1}: "
-                           f"{_first_line(others[0][1])}")
+            reasons.append(f"{n} {'other ' if failed else ''}cell{'s' * (n > 1)} raised, first: cell "
+                           f"{others[0][0] + 1}: {_first_line(others[0][1])}")
         row["reason"] = "; ".join(reasons) or "all checks passed"
     if uncapped:
         fb.append(f"Note: {uncapped}.")

@@ -174,8 +174,8 @@ def _scripted():
     cases.append(("bfloat16 attention of 2 queries: token 2 gets 0.25 + 2**-10 (bfloat16 rounds the sum to 0.25)",
                   torch.zeros(6), w, torch.arange(6), 5, 1))
     # late positions, close scores: a sort key mixing score and position (score * 1000 + pos * 1e-3) misranks
-    cases.append(("old scores 0.300 and 0.299 at positions 3000 and 8000", torch.tensor([0.9, 0.300, 0.299, 0.8, 0.7, 0.0]),
-                  torch.zeros(1, 1, 1, 6), torch.tensor([0, 3000, 8000, 8001, 8002, 8003]), 5, 1))
+    cases.append(("old scores 0.300 and 0.299 at positions 3000 and 8000",
+                  torch.tensor([0.9, 0.300, 0.299, 0.8, 0.7, 0.0]), torch.zeros(1, 1, 1, 6), torch.tensor([0, 3000, 8000, 8001, 8002, 8003]), 5, 1))
     # under budget: nothing evicted, still accumulated
     w = _weights(2, 3, 2, torch.arange(4), g)
     cases.append(("under budget (4 keys, budget 6)", torch.tensor([0.5, 0.25, 0.0, 0.0]), w, torch.arange(4), 6, 2))

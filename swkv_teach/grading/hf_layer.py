@@ -170,9 +170,9 @@ def _step(c: _Ctx, layer, n: int, q: int, before: int) -> None:
     ek, ev = _label(want, c.shape, c.dtype, c.dev, c.stream)
     if not torch.equal(k[:, :, order], ek):
         if torch.allclose(k[:, :, order], ek, rtol=1e-6, atol=0) and k.dtype == torch.float64:
-            raise fail(case, "the keys returned are float64 but off in their last bits (0.1 came back as "
-                       f"{float(k[:, :, order][0, 0, 0, 2] - ek[0, 0, 0, 2] + 0.1 * (1 if ek[0, 0, 0, 2] > 0 else -1))!r}"
-                       "): they went through float32 on the way.", hint="allocate the buffers with key_states' "
+            off = float((k[:, :, order] - ek).abs().max())
+            raise fail(case, f"the keys returned are float64 but off by up to {off:.1e} (a key holding p + 1.1 cannot "
+                       "come back exactly): they went through float32 on the way.", hint="allocate the buffers with key_states' "
                        "dtype (key_states.new_zeros(B, H, W, D)), not float32, and convert nothing.")
         raise fail(case, "the keys returned hold the right positions for batch row 0, head 0, but not for every "
                    "row, head and element.", hint="batch and heads are mixed up, or a row was written to the wrong "

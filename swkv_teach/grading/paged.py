@@ -272,8 +272,8 @@ class _Run:
         if positions != exp_pos:
             held = list(range(exp_pos[0] // bs * bs, exp_pos[-1] + 1)) if exp_pos else []
             if positions == held and len(held) == len(exp_pos) + 1:
-                hint = (f"positions keeps W + 1 = {W + 1} tokens ({held[0]}..{held[-1]}, also every token of the blocks "
-                        f"held: is it one too many, or read off the blocks?); the window holds exactly W = {W}, "
+                hint = (f"positions keeps W + 1 = {W + 1} tokens ({held[0]}..{held[-1]}, also every token of the "
+                        f"blocks held: is it one too many, or read off the blocks?); the window holds exactly W = {W}, "
                         "range(max(0, seen - W), seen), whatever the blocks hold.")
             elif positions == held and len(held) > len(exp_pos):
                 hint = (f"positions lists every token in the blocks held ({held[0]}..{held[-1]}), but the oldest "

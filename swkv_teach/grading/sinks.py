@@ -94,7 +94,8 @@ class SinkJudge(Judge):
         if s.zeros:  # zero tokens read as "0": judge by the positions the cache reports
             exp_l = labels(s.ek, base=s.base)
             if sort_labels(got) != sort_labels(exp_l) or len(got) != len(exp_l):
-                raise fail(s.case, "update() returned the keys of (any order is fine; zero tokens read as 0):", expected=exp_l, got=got,
+                raise fail(s.case, "update() returned the keys of (any order is fine; zero tokens read as 0):",
+                           expected=exp_l, got=got,
                            hint="zero is a legitimate key: keep and return tokens whose keys are all zeros like any "
                            "other (count positions, never look for zeros).")
             pos = as_positions(s.case, call(s.case, "the positions property", lambda: s.cache.positions))
@@ -131,9 +132,9 @@ def check_sink_cache(cls) -> None:
     check_runs(SinkJudge, cls, SINK_RUNS, dev, pristine(cls))
     interleave(SinkJudge, cls, SINK_LIVE, dev)
     passed(f"{_name(cls)} keeps the sinks and the last W tokens, like the library's SinkKVCache "
-           "(num_sinks, W = " + ", ".join(dict.fromkeys(f"({r.args[0]}, {r.args[1]})" for r in SINK_RUNS)) + "; runs of "
-           "4(S + W) + 3 tokens and one of 140; 4 token shapes; float32/64, float16, bfloat16; zero tokens; 4 live instances; "
-           "integer positions; bounded memory).")
+           "(num_sinks, W = " + ", ".join(dict.fromkeys(f"({r.args[0]}, {r.args[1]})" for r in SINK_RUNS))
+           + "; runs of 4(S + W) + 3 tokens and one of 140; 4 token shapes; float32/64, float16, bfloat16; zero tokens; "
+           "4 live instances; integer positions; bounded memory).")
 
 
 __all__ = ["check_sink_cache"]

@@ -231,6 +231,16 @@ class BuffersInFloat32(_Ring):
         return super().update(key_states.to(self.k_buf.dtype), value_states.to(self.v_buf.dtype))
 
 
+@wrong(CHECK, "float64", "float32", "key_states' dtype")
+class Float32BuffersCastBack(BuffersInFloat32):
+    """The ring is always float32 ("attention runs in float32 anyway"), returned cast back to the keys' dtype: the
+    dtype is right, the last bits of a float64 key are not."""
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        k, v = super().update(key_states, value_states)
+        return k.to(key_states.dtype), v.to(value_states.dtype)
+
+
 @wrong(CHECK, "device", "lazy_initialization", needs_accelerator=True)
 class BuffersOnTheCpu(_Ring):
     """torch.zeros(..., dtype=key_states.dtype): the right dtype, but on the CPU while the model is on the GPU."""
@@ -344,22 +354,6 @@ class TransformersOwnLayer(DynamicSlidingWindowLayer):
     """Hands in transformers' own sliding layer (a subclass that only renames it)."""
 
     ring_cache = _Ring.__dict__["ring_cache"]
-
-
-# --------------------------------------------------------------------------------------------- this session's
-@wrong(CHECK, "float64", "float32", "key_states' dtype")
-class Float32BuffersCastBack(_Ring):
-    """The ring is always float32 ("attention runs in float32 anyway"), returned cast back to the keys' dtype."""
-
-    def lazy_initialization(self, key_states, value_states):
-        B, H, _, D = key_states.shape
-        self.k_buf = torch.zeros(B, H, self.sliding_window, D, device=key_states.device)
-        self.v_buf = torch.zeros(B, H, self.sliding_window, D, device=key_states.device)
-        self.is_initialized = True
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        k, v = super().update(key_states.float(), value_states.float())
-        return k.to(key_states.dtype), v.to(value_states.dtype)
 
 
 @wrong(CHECK, "image-text", "get_text_config")

@@ -476,52 +476,26 @@ class KeyTruthiness:
 
 
 @wrong("check_lru_cache", "falsy key is lost", "none", "in self.cache")
-class NoneKeyReadsAsAMiss:
-    """Keys and values in two dicts; get tests `self.keys.pop(id, None) is None`, so a stored key None is a miss
-    (and its entry is dropped)."""
-
-    def __init__(self, max_size):
-        if max_size <= 0:
-            raise ValueError(f"max_size must be positive; got {max_size}")
-        self.max_size, self.keys, self.values = max_size, {}, {}
-
-    def put(self, token_id, key, value):
-        self.keys.pop(token_id, None)
-        self.values.pop(token_id, None)
-        self.keys[token_id], self.values[token_id] = key, value
-        while len(self.keys) > self.max_size:
-            old = next(iter(self.keys))
-            del self.keys[old], self.values[old]
+class NoneKeyReadsAsAMiss(FalsyValueIsAMiss):
+    """The same two dicts; get tests `self.keys.get(id) is None` (not truthiness, as told), so a stored key None is
+    still a miss."""
 
     def get(self, token_id):
-        k = self.keys.pop(token_id, None)
-        if k is None:
+        if self.keys.get(token_id) is None:
             return None
-        v = self.values.pop(token_id)
-        self.keys[token_id], self.values[token_id] = k, v
-        return (k, v)
+        self.keys.move_to_end(token_id)
+        self.values.move_to_end(token_id)
+        return self.keys[token_id], self.values[token_id]
 
 
 @wrong("check_lru_cache", "a miss, took a place", "setdefault")
-class MissInsertsAPlaceholder:
-    """`self.d.setdefault(token_id, None)` in get: a miss inserts a placeholder that takes a stored entry's place."""
-
-    def __init__(self, max_size):
-        if max_size <= 0:
-            raise ValueError(f"max_size must be positive; got {max_size}")
-        self.max_size = max_size
-        self.d = OrderedDict()
-
-    def put(self, token_id, key, value):
-        if token_id in self.d:
-            self.d.move_to_end(token_id)
-        self.d[token_id] = (key, value)
-        while len(self.d) > self.max_size:
-            self.d.popitem(last=False)
+class MissInsertsAPlaceholder(_LRU):
+    """`self.cache.setdefault(token_id, None)` in get: a miss inserts a placeholder that takes a stored entry's place
+    at the next put."""
 
     def get(self, token_id):
-        entry = self.d.setdefault(token_id, None)
+        entry = self.cache.setdefault(token_id, None)
         if entry is None:
             return None
-        self.d.move_to_end(token_id)
+        self.cache.move_to_end(token_id)
         return entry
