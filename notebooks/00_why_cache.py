@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 0 — Why a KV cache, and why a *sliding-window* one
 #
-# **Time:** about 75 minutes for the lesson (the bandwidth section included), plus 10–20 for [exercise 01](../exercises/01_sliding_window_mask.ipynb), done where the lesson reaches it. **You need:**
+# **Time:** about 80 minutes for the lesson (the bandwidth section included), plus 10–20 for [exercise 01](../exercises/01_sliding_window_mask.ipynb), done where the lesson reaches it. **You need:**
 # Python, PyTorch tensors and matrix products, and what attention computes, `softmax(q Kᵀ / √d) V` (Karpathy's
 # "Let's build GPT" or d2l.ai's attention chapter is enough).
 #
@@ -139,8 +139,10 @@ for name, cached in [("no cache", False), ("KV cache", True)]:
 # * **KV cache**: `2P` dense plus `4·(t+1)·d` attention. Linear in `t` per step: the attention term *grows*.
 # * **KV cache with a window `W`**: `2P` plus `4·min(t+1, W)·d`. Flat once `t ≥ W`.
 #
-# For Mistral 7B (`d = 4096`, 8 KV heads of 128 for GQA, MLP width 14336) one layer holds
-# `P ≈ 218 M` parameters:
+# For Mistral 7B (`d = 4096`, MLP width 14336) one layer holds `P ≈ 218 M` parameters. Its attention uses
+# **grouped-query attention** (GQA): the 32 query heads of 128 dimensions come in 8 groups of 4, and each
+# group shares one key head and one value head. So `W_q` and `W_o` are `d × d`, but `W_k` and `W_v` are only
+# `d × (8 · 128)`, and (section 2) a token leaves 8 heads' keys and values behind, not 32:
 
 # %%
 d7, d_kv7, mlp7, W_mistral = 4096, 8 * 128, 14336, 4096
@@ -181,7 +183,7 @@ for t in (1024, 4096, 32768, 131072):
 # ## 2. The price: a cache that grows by a fixed amount per token
 #
 # Caching trades compute for memory. Every token leaves behind one key and one value **in every layer** and
-# **for every key/value head**. For Mistral 7B: 32 layers, 8 key/value heads (grouped-query attention: its
+# **for every key/value head**. For Mistral 7B: 32 layers, 8 key/value heads (GQA, section 1: its
 # 32 query heads share 8 KV heads), head dimension 128, fp16 (2 bytes per number).
 
 # %%
@@ -236,12 +238,14 @@ for n in (4096, 8192, 32768):
 # > `(weight bytes + b × KV bytes per sequence) / memory bandwidth`.
 #
 # That is a floor, not a prediction: real kernels reach only part of the peak bandwidth (measure yours),
-# and at large batches the arithmetic catches up with the reading. Mistral 7B in fp16 reads 14.5 GB of weights per step. Bandwidths are the
+# and at large batches the arithmetic catches up with the reading. Mistral 7B in fp16 reads 14.2 GB of weights per step: every layer's, the output head's, and one row of the
+# input embedding per token (a lookup, not a read of the 32,000-row table; the whole model is 14.5 GB). Bandwidths are the
 # vendors' data-sheet peaks ([references](../docs/references.md#gpus-memory-bandwidth)):
 
 # %%
 vocab7 = 32_000
-weight_bytes = (layers * P + 2 * vocab7 * d7) * bytes_per_value   # 32 layers, embedding and output head, fp16
+# 32 layers, the output head, one embedding row (b rows at batch b: 8 KiB each, left out), fp16
+weight_bytes = (layers * P + vocab7 * d7 + d7) * bytes_per_value
 gpus = {"T4": (320e9, 16e9), "A100 80GB": (2039e9, 80e9), "H100 SXM": (3350e9, 80e9), "H200": (4800e9, 141e9)}
 
 
@@ -269,8 +273,8 @@ for batch in (1, 32):
 # Read it row by row (ms per step; each step gives every sequence of the batch one token; "no fit" means
 # weights plus caches exceed the GPU's memory, so that row is arithmetic, not a runnable setting):
 #
-# * At batch 1 and short contexts the weights are everything: about 3 ms a token on an H200, 45 on a T4.
-# * The KV cache takes over when `b × tokens × 128 KiB` passes the weights' 14.5 GB, at `b × tokens ≈ 110k`:
+# * At batch 1 and short contexts the weights are everything: about 3 ms a token on an H200, 44 on a T4.
+# * The KV cache takes over when `b × tokens × 128 KiB` passes the weights' 14.2 GB, at `b × tokens ≈ 108k`:
 #   one sequence at 128k tokens, or 32 sequences at 3.5k each.
 # * Past that point the window saves **time**, not only memory: at batch 32 and 32k tokens a full cache
 #   makes every step read 137 GB more than the weights, the window reads 17 GB; the floor falls about 5x
@@ -419,7 +423,11 @@ plt.close(fig)
 # contradicts itself in the same way. §2's wording reads as `W + 1`: the hidden state at position `i`
 # "attends to all hidden states from the previous layer with positions between i − W and i". Its Figure 1
 # caption says `W`: "each token can attend to at most W tokens from the previous layer (here, W = 3)", and
-# its rolling buffer cache (§2) "has a fixed size of W", so decoding can only ever see `W` keys. The same
+# its rolling buffer cache (§2) "has a fixed size of W", so decoding can only ever see `W` keys. Neither
+# place is one-sided: the same caption goes on "information can move forward by W tokens … after k attention
+# layers, information can move forward by up to k × W tokens", and §2 says a hidden state can reach tokens
+# "at a distance of up to W × k". A reach of `W` per layer is the `W + 1` reading: with `W` keys (the
+# query's own included) information moves `W − 1` positions per layer (the drill's Q13). The same
 # file decodes through that rolling buffer of `W` slots, so at decode time each query sees only `W` keys:
 # the reference is not even consistent with itself. Hugging Face's flash-attention path had
 # the same off-by-one (`window_size=(W, W)`) until v4.56.0 (issue #39408, PR #40163).
@@ -457,7 +465,7 @@ print("equals j + W - 1 for every j:", last_reader == [j + W - 1 for j in range(
 # * KV bytes per token: `2 · L · H_kv · D · bytes` (128 KiB for Mistral 7B). A hybrid stack's memory is set
 #   by its global layers.
 # * Decode is memory-bound: a step takes at least `(weights + b × KV bytes) / bandwidth`. The cache dominates
-#   past `b × tokens ≈ weights / 128 KiB` (110k tokens for Mistral 7B in fp16); there a window saves time too.
+#   past `b × tokens ≈ weights / 128 KiB` (108k tokens for Mistral 7B in fp16); there a window saves time too.
 # * The convention: `i - W < j <= i`, `W` keys. Mistral's `one_file_ref.py` prefill mask admits `W + 1`.
 #
 # ## Going further

@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 5 — Eviction policies: LRU, the window, and attention sinks
 #
-# **Time:** about 50 minutes for the lesson, plus 20–35 for [exercise 06](../exercises/06_lru_cache.ipynb) and 25–45 for [exercise 07](../exercises/07_sink_cache.ipynb). **You need:** lessons 1–4 (the ring buffer, positions, the trained
+# **Time:** about 75 minutes for the lesson, plus 20–35 for [exercise 06](../exercises/06_lru_cache.ipynb) and 25–45 for [exercise 07](../exercises/07_sink_cache.ipynb). **You need:** lessons 1–4 (the ring buffer, positions, the trained
 # decoder and RoPE).
 #
 # **By the end you will be able to**

@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 9 — Your cache inside Hugging Face Transformers
 #
-# **Time:** about 45 minutes for the lesson, plus about 40 for [exercise 11](../exercises/11_hf_cache_layer.ipynb), done where the lesson reaches it. **You need:** lessons 3 (the ring buffer) and 4 (decoding with the cache).
+# **Time:** about 40 minutes for the lesson, plus 30–50 for [exercise 11](../exercises/11_hf_cache_layer.ipynb), done where the lesson reaches it. **You need:** lessons 3 (the ring buffer) and 4 (decoding with the cache).
 #
 # **By the end you will be able to**
 #
@@ -214,14 +214,14 @@ with torch.no_grad():
 # A Mistral-shaped model (hidden 128, 2 layers, 4/2 heads, head_dim 32), one thread, a prompt of W tokens, then
 # greedy steps; the median step is read from `generate`'s streamer. Small sizes here so the cell runs in seconds:
 # `python -m swkv_teach.bench.hf_cache` runs the full size (W = 1024, 256 new tokens). Expect a small
-# difference, and read it with care: on a quiet 2-core CPU the bench measured transformers' dynamic cache at
-# 1.05–1.07x the ring's step time and its static cache at 1.19–1.22x, but on a busy machine the same ratio swung
-# from 1.00 to 1.17, and the short run below can even put the ring behind. Why so little, when one ring update
-# is 3 µs against 18 µs for cat + slice and 37 µs for the roll? A decode step of this model takes about 565 µs,
-# and most of it is transformers' own work that every cache pays alike: for one, it builds the 52 µs sliding
+# difference, and read it with care: the ratios depend on the machine and on what else it is doing while the
+# cell runs (on a busy machine they swing by tens of per cent, and the short run below can even put the ring
+# behind), so compare them within one run and rerun before believing one. Why so little, when one ring
+# update is several times cheaper than cat + slice or the roll (lesson 6's table)? A decode step of this model
+# is mostly transformers' own work that every cache pays alike: for one, it builds the sliding
 # mask at every step, even for one query over exactly `W` in-window keys (`masking_utils.py`,
 # `_ignore_causal_mask_sdpa` tests `kv_length >= local_attention_size`, line 286 in 5.24). The ring's whole
-# share of a step is about 8 µs. How the balance moves on a GPU, at a real model's window, is not measured here.
+# share of a step is a small part of it. How the balance moves on a GPU, at a real model's window, is not measured here.
 
 # %%
 # NBVAL_IGNORE_OUTPUT

@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 10 — From demo to service: persistence, telemetry, sharding, fault tolerance
 #
-# **Time:** about 40 minutes. **You need:** lessons 3 (the ring buffer) and 4 (the decoder); lesson 7's paged
+# **Time:** about 50 minutes. **You need:** lessons 3 (the ring buffer) and 4 (the decoder); lesson 7's paged
 # cache helps for section 2.
 #
 # **By the end you will be able to**
@@ -317,4 +317,6 @@ print("LATEST:", (snap / "LATEST").read_text())
 # * Tensor parallelism splits the KV heads, and the cache, across processes; one all-reduce per layer.
 # * Snapshots committed after a barrier turn a crash into a resume from the last common token.
 #
-# Next: [lesson 11, the interview drill](11_interview_drill.ipynb), which asks about every lesson before it.
+# Next: [lesson 11](11_fused_decode_kernel.ipynb) writes the fused paged decode kernel that lessons 6 and 7 read
+# about; [lesson 12](12_prefix_caching.ipynb) shares cached prefixes between requests; then
+# [lesson 13, the interview drill](13_interview_drill.ipynb), which asks about every lesson before it.

@@ -9,10 +9,10 @@
 # ---
 
 # %% [markdown]
-# # Lesson 11 — Interview drill
+# # Lesson 13 — Interview drill
 #
-# **Time:** about 100 minutes (eighteen questions, 4–8 minutes each answered aloud before you open the fold, plus re-reading what you missed). **You need:**
-# lessons 0–10; it comes last so that every question is about something taught (each answer says where its
+# **Time:** about 50 minutes to read, plus 55–90 to answer the eighteen questions aloud before you open each fold (3–5 minutes each). **You need:**
+# lessons 0–12; it comes last so that every question is about something taught (each answer says where its
 # topic is taught). Sources: [references](../docs/references.md); formulas: [cheat sheet](../docs/cheatsheet.md).
 #
 # **By the end you will be able to**
@@ -152,7 +152,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # <details><summary><b>Answer</b> (try first)</summary>
 #
 # Per token: `2 × 32 × 8 × 128 × 2 B = 131 072 B = 128 KiB`. Per sequence, full window:
-# `4096 × 128 KiB = 512 MiB`. Batch of 32: `16 GiB`, more than the fp16 weights (about 14.5 GB).
+# `4096 × 128 KiB = 512 MiB`. Batch of 32: `16 GiB`, more than the fp16 weights (about 14.5 GB in all).
 # Without the window, a 32k-token sequence would need 4 GiB, and 32 of them 128 GiB.
 # (The calculator cell above reproduces every number.)
 #
@@ -186,7 +186,8 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # it, but the model was trained with 4096, so that changes its outputs.
 #
 # Where taught: paged blocks and an int8 cache in [lesson 7](07_serving_memory.ipynb); prefix
-# sharing in vLLM's PagedAttention paper (Kwon et al. 2023, arXiv:2309.06180); caches below 8 bits
+# sharing in [lesson 12](12_prefix_caching.ipynb) and vLLM's PagedAttention paper (Kwon et al. 2023,
+# arXiv:2309.06180); caches below 8 bits
 # in KIVI (Liu et al. 2024, arXiv:2402.02750, 2 bits).
 #
 # </details>
@@ -306,9 +307,13 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # In this course, keys `j` with `i - W < j <= i`: exactly `W` keys, the query's own included (for
 # `W = 3`, query 5 sees 3, 4, 5). The same count in:
 #
-# * **flash-attention**: `window_size=(left, right)` counts keys *besides* the query on each side;
-#   `flash_attn_func`'s docstring says query `i` attends `[i - window_size[0], i + window_size[1]]`,
-#   so the rule is `window_size=(W - 1, 0)`;
+# * **flash-attention**: `window_size=(left, right)` counts keys *besides* the query on each side, and
+#   the window is **aligned to the bottom right**: `flash_attn_func`'s docstring (and the README) says
+#   query `i` attends `[i + seqlen_k - seqlen_q - window_size[0], i + seqlen_k - seqlen_q + window_size[1]]`.
+#   With `seqlen_q = seqlen_k` (a prompt) that is `[i - window_size[0], i + window_size[1]]`; with one
+#   query over `seqlen_k` keys (decode), query 0 is the *last* key's position, so it reads the last
+#   `window_size[0] + 1` keys, which is what makes one-token decode work without passing a position. The
+#   rule is `window_size=(W - 1, 0)`;
 # * **Hugging Face** since the fix below: `masking_utils.sliding_window_overlay` keeps
 #   `kv_idx > q_idx - sliding_window`;
 # * **mistral-inference's xformers path**: `make_local_attention(W)` (`cache.py`), whose mask
@@ -319,7 +324,9 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # `i - W <= j <= i`, **W + 1** keys, while its decode path reads a rolling buffer of `W` slots. The
 # paper (arXiv:2310.06825) says both: §2's wording, "positions between i − W and i", reads as `W + 1`,
 # while its Figure 1 caption says "each token can attend to at most W tokens from the previous layer
-# (here, W = 3)" and its rolling buffer cache "has a fixed size of W".
+# (here, W = 3)" and its rolling buffer cache "has a fixed size of W". The caption is not one-sided
+# either: it goes on "after k attention layers, information can move forward by up to k × W tokens", and
+# §2 says "a distance of up to W × k", a reach of `W` per layer, which only the `W + 1` reading gives.
 # And Hugging Face's flash-attention path passed `window_size=(W, W)` (transformers issue #39408):
 # with causal masking `W + 1` keys, one more than its eager/SDPA path, so the same model gave
 # different results depending on the backend; fixed in PR #40163 (August 2025). Lesson 0 builds the
@@ -387,10 +394,11 @@ print("5 : 1 local/global, W = 1024:", human(kv_cache_bytes(10, 16, 128, 131072)
 #
 # Decode is memory-bound: a step reads every weight once (shared by the batch) and every sequence's cache,
 # for about 2 FLOPs per weight, so `ms ≥ (weight bytes + batch × KV bytes) / bandwidth`. Weights:
-# 7.24 G parameters × 2 B ≈ 14.5 GB, 4.3 ms alone; at 4k tokens the cache adds 0.5 GiB: about 4.5 ms.
-# Batch 32 at 32k: `32 × 32768 × 128 KiB ≈ 137 GB` of cache, about 45 ms a step (and it does not fit in
-# 80 GB); with the window, `32 × 4096 × 128 KiB ≈ 17 GB`, about 9.5 ms, and it fits. The cache dominates
-# once `batch × tokens × 128 KiB` passes the weights' 14.5 GB, about 110k tokens in the batch: past that
+# of its 7.24 G parameters a step reads 7.11 G (the 32 layers and the output head, but one row of the
+# input embedding per token, not the table) × 2 B ≈ 14.2 GB, 4.2 ms alone; at 4k tokens the cache adds
+# 0.5 GiB: about 4.4 ms. Batch 32 at 32k: `32 × 32768 × 128 KiB ≈ 137 GB` of cache, about 45 ms a step (and
+# it does not fit in 80 GB); with the window, `32 × 4096 × 128 KiB ≈ 17 GB`, about 9.4 ms, and it fits. The
+# cache dominates once `batch × tokens × 128 KiB` passes the weights' 14.2 GB, about 108k tokens in the batch: past that
 # a window saves *time*, not only memory. Lesson 0, section 2.
 #
 # </details>
@@ -414,9 +422,16 @@ for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
 # ring or naive cache every returned key is inside the query's window: the mask is all True, so pass none
 # (the course's `needs_no_mask`). A prompt no longer than the window in a fresh cache is plain causal
 # (`is_causal=True`). Chunks past the window genuinely need their band; that is where
-# `flash_attn_with_kvcache` fits: `window_size=(W - 1, 0)` instead of a mask, `cache_seqlens` = tokens
-# *seen* per row (not stored), and a cache indexed by position, either contiguous (a ring unrotated) or
-# paged with a `block_table` whose out-of-window entries are never read. Lesson 6, section 5.
+# `flash_attn_with_kvcache` fits: `window_size=(W - 1, 0)` instead of a mask and a cache indexed by position.
+# The kernel reads indices `0 … cache_seqlens − 1` and writes new keys at `cache_seqlens`, so what
+# `cache_seqlens` is depends on the layout. Paged, with a `block_table` whose out-of-window entries are never
+# read: tokens *seen* per row (a key's logical index is its position). A ring of `W` slots, unrotated:
+# `min(seen, W)`, the keys it holds (tokens seen would run past its end; mistral-inference clamps with
+# `.clamp(max=cache_size)`), the new key written by the ring itself; the window, aligned to the bottom
+# right, still covers `W` keys. RoPE inside the kernel needs `rotary_interleaved=False` (the default pairs
+# dimensions 0 & 1; the course and Hugging Face pair `t` with `t + d/2`) and, for a ring, tables shifted
+# to the true positions, or RoPE applied outside. Lessons 6 (section 5) and 7 (section 3); a paged decode
+# kernel written out in [lesson 11](11_fused_decode_kernel.ipynb).
 #
 # </details>
 
@@ -446,9 +461,10 @@ for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
 # * Q7 (LRU, sinks): [lesson 5](05_eviction_policies.ipynb). Q10, Q11: RoPE in [lesson 3](03_ring_buffer.ipynb),
 #   the `len(cache)` bug and chunked prefill in [lesson 4](04_decoding_with_the_cache.ipynb).
 # * Q6, Q8 (paged blocks, int8 caches): [lesson 7](07_serving_memory.ipynb); Q7 (H2O):
-#   [lesson 8](08_which_tokens_to_keep.ipynb); prefix sharing: the PagedAttention paper cited in Q6.
+#   [lesson 8](08_which_tokens_to_keep.ipynb); prefix sharing: [lesson 12](12_prefix_caching.ipynb).
 # * Q12: the convention's docstring in `swkv_teach/masks.py` and lesson 0's off-by-one section.
-# * Q16: [lesson 0](00_why_cache.ipynb), section 2; Q17: [lesson 6](06_measuring.ipynb), section 5; Q18:
+# * Q16: [lesson 0](00_why_cache.ipynb), section 2; Q17: [lesson 6](06_measuring.ipynb), section 5, [lesson 7](07_serving_memory.ipynb),
+#   section 3, and the kernel of [lesson 11](11_fused_decode_kernel.ipynb); Q18:
 #   [lesson 4](04_decoding_with_the_cache.ipynb), section 8.
 # * Building the naive cache yourself: [lesson 1](01_six_steps.ipynb) and
 #   [exercises/02_sliding_window_cache.ipynb](../exercises/02_sliding_window_cache.ipynb).
