@@ -384,18 +384,29 @@ def sync():
         torch.cuda.synchronize()
 
 
+try:
+    import resource                                                  # Unix: counts the times the OS took the CPU away
+except ImportError:                                                  # (Windows has no such module)
+    resource = None
+
+
+def switches():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw if resource else 0
+
+
 def timed(fn):
+    """Seconds fn took, and whether the OS preempted it meanwhile (an involuntary context switch)."""
     sync()
-    t0 = time.perf_counter()
+    before, t0 = switches(), time.perf_counter()
     fn()
     sync()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, switches() > before
 
 
 ids = torch.randint(0, cfg.vocab_size, (1, 1040), generator=torch.Generator().manual_seed(0)).to(dev)
 lengths = [1, 4, 16, 64, 128, 256, 512, 1024]
 rounds = 5
-cached, recompute, caches = {}, {}, {}
+cached, recompute, caches, clean = {}, {}, {}, {t: 0 for t in lengths}  # clean: rounds never preempted
 with torch.no_grad():
     for t in lengths:
         caches[t] = model.new_caches("ring")
@@ -405,20 +416,28 @@ with torch.no_grad():
         for t in lengths:
             p = t + 2 * r                                            # positions p (untimed: warms up after the
             model.step(ids[:, p : p + 1], caches[t])                 # previous length's big forward), then p + 1
-            step_time = timed(lambda: model.step(ids[:, p + 1 : p + 2], caches[t]))
+            step_time, _ = timed(lambda: model.step(ids[:, p + 1 : p + 2], caches[t]))
             cached[t] = min(cached.get(t, float("inf")), step_time)
-            recompute[t] = min(recompute.get(t, float("inf")), timed(lambda: model(ids[:, : t + 1])))
+            forward_time, preempted = timed(lambda: model(ids[:, : t + 1]))
+            recompute[t] = min(recompute.get(t, float("inf")), forward_time)
+            clean[t] += not preempted
 speedup = {t: recompute[t] / cached[t] for t in lengths}
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 flop_ratio = {t: step_flops(t, False) / step_flops(t, True) for t in lengths}
-print(f"{'prefix t':>8} {'FLOPs: recompute / cache':>25} {'time: recompute / cache':>24}")
+print(f"{'prefix t':>8} {'FLOPs: recompute / cache':>25} {'time: recompute / cache':>24} {'forwards not preempted':>23}")
 for t in lengths:
-    print(f"{t:>8} {flop_ratio[t]:>25.1f} {speedup[t]:>24.1f}")
+    print(f"{t:>8} {flop_ratio[t]:>25.1f} {speedup[t]:>24.1f} {clean[t]:>18} of {rounds}")
 crossover = next((t for t in lengths if speedup[t] > 2), None)
 print(f"\nIn this run the cache is 2x faster from t = {crossover} on; at t = 1024 it is {speedup[1024]:.0f}x "
       f"faster, {speedup[1024] / flop_ratio[1024]:.0%} of what the FLOPs alone predict.")
+if resource is None:
+    print("(preemptions not counted: no `resource` module on this system)")
+else:
+    always = [t for t in lengths if clean[t] == 0]
+    print(f"Every round of the forward was preempted by the OS at t = {always}: those points include waits for the CPU."
+          if always else "No length had all its forwards preempted: the fastest rounds ran undisturbed.")
 
 # %%
 print("the FLOP model: recomputing costs more than t + 1 cached steps' worth at every t:",
@@ -452,15 +471,18 @@ plt.close(fig)
 # * **For long prefixes the ratio grows with the FLOP ratio, well below it.** The cached step stays flat (a
 #   window of 64 keys), the recompute grows linearly, then faster past the `t + 1 = P / (2d)` where the FLOP
 #   model predicts that its attention (all `(t+1)²` pairs scored, then masked) overtakes its dense work.
-# * **No step at the window.** Past `t + 1 = W = 64` the forward stops using SDPA's causal path and builds
-#   the window mask once per layer (section 5): a few small tensor operations, a little extra time, no jump.
-# * **A point that jumps is the machine, not the model.** An earlier edition timed each length's repeats one
-#   after another, and its stored run showed a step of about five times between `t = 128` and `256`; the same
-#   forwards timed interleaved in one process grow smoothly through 256. A burst of other work that lasts
-#   while one length is being timed slows every repeat of that length. So the cell above times the lengths
-#   round robin, `rounds` times, and keeps each length's fastest: a burst now slows one round of every
-#   length. On a loaded machine the ratios still depend on that load and on the minimum of the rounds; read
-#   the trend over lengths, and rerun before believing a single point.
+# * **A step in the measured line is the operating system, not the model.** On a machine with more runnable
+#   programs than cores, the scheduler runs each for a slice of a few milliseconds, then hands the core to
+#   another. A forward shorter than a slice often runs start to finish undisturbed, and the fastest round is
+#   a clean measurement; a longer one is almost always interrupted, so even its fastest round includes a wait
+#   for the CPU, and the line steps up. The table's last column counts, per length, the forwards that ran
+#   without an involuntary context switch (`resource.getrusage(...).ru_nivcsw`); the last printed sentence
+#   names the lengths where none did. On a quiet machine, or a core of its own, the same forwards grow
+#   smoothly. (Nor is there a step at the window: past `t + 1 = W = 64` the forward stops using SDPA's causal
+#   path and builds the window mask once per layer, a few small tensor operations, section 5.) Timings on a
+#   loaded machine depend on that load and on the rounds' minimum; the cell times the lengths round robin,
+#   so that a burst of other work slows one round of every length rather than every round of one. Read the
+#   trend over lengths, and rerun before believing a single point.
 #
 # On a GPU and a real model the short-prefix story has a second reason, lesson 0's bandwidth: a forward
 # over `n` tokens reads every weight once, like a one-token step, and does `n` times the arithmetic. Until
