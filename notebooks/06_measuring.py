@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 6 — Measuring: time, memory, and what the update costs in a decode step
 #
-# **Time:** about 105 minutes for the lesson (no exercise; the going-further questions are measurements to make). **You need:** lessons 1, 3 and 4 (the naive and ring caches, the decoder).
+# **Time:** about 110 minutes for the lesson (no exercise; the going-further questions are measurements to make). **You need:** lessons 1, 3 and 4 (the naive and ring caches, the decoder).
 #
 # **By the end you will be able to**
 #

@@ -21,6 +21,8 @@
 # * explain how a pool far smaller than the tokens it serves keeps many sequences decoding;
 # * say what a paged attention kernel reads (`paged_attention`, FlashAttention's `flash_attn_with_kvcache`
 #   with a `block_table`) and run it on a ragged batch;
+# * decode rows of different lengths in one forward, each at its own positions, with no padding
+#   (`Decoder.step_paged`);
 # * tell step-by-step scheduling from continuous batching, serve a queue with one forward per step, and read
 #   its pool occupancy and its throughput against the batch size;
 # * size an int8 cache (data plus scales) against float32 and float16, and measure what it costs in quality
@@ -689,11 +691,12 @@ display(plot_throughput(result))
 
 # %% [markdown]
 # The steps are deterministic: 791 new tokens take 791 steps one row at a time and 84 with up to 16 rows.
-# The time is not, but its shape is steady from run to run. With at most one request per forward the
-# scheduler is *slower* than `generate` (about half as fast when the bench repeats it): every forward
+# The time is not: it depends on the machine and on its load while the cell ran (the fastest runs, printed
+# as ratios above, are the least disturbed). With at most one request per forward the
+# scheduler is *slower* than `generate` (the printed ratio at 1 says by how much here): every forward
 # builds a plan and gathers the window through the table, where `generate` reads its ring with no mask at
 # all (lesson 6, section 5). From two to four rows on, batching wins, and at 16 rows it serves several times the
-# tokens per second (3.4 times in the bench's medians of five runs): a forward of this tiny model costs mostly its fixed overhead (Python, one call per
+# tokens per second (this run's ratio is the last printed): a forward of this tiny model costs mostly its fixed overhead (Python, one call per
 # operation, reading every weight), and a forward over 16 rows pays it once for 16 tokens. On a GPU the same
 # curve has a sharper reason: a decode step is bound by reading the weights from memory (lesson 0's floor),
 # and a batch of `B` requests reads them once for `B` tokens.
