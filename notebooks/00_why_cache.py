@@ -273,7 +273,7 @@ for batch in (1, 32):
 # Read it row by row (ms per step; each step gives every sequence of the batch one token; "no fit" means
 # weights plus caches exceed the GPU's memory, so that row is arithmetic, not a runnable setting):
 #
-# * At batch 1 and short contexts the weights are everything: about 3 ms a token on an H200, 44 on a T4.
+# * At batch 1 and short contexts the weights are everything: about 3 ms a token on an H200, 45 on a T4.
 # * The KV cache takes over when `b × tokens × 128 KiB` passes the weights' 14.2 GB, at `b × tokens ≈ 108k`:
 #   one sequence at 128k tokens, or 32 sequences at 3.5k each.
 # * Past that point the window saves **time**, not only memory: at batch 32 and 32k tokens a full cache

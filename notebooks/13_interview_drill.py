@@ -108,7 +108,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # The price of the cache is memory: `2 × layers × kv_heads × head_dim × bytes` per token, kept for
 # as long as the token may be attended to, and read at every step (on a GPU that read, not the
 # FLOPs, usually sets the speed: `(weights + batch × KV bytes) / bandwidth` is a floor on each step, about
-# 4.4 ms for Mistral 7B on an H100 SXM at batch 1). Lesson 0, sections 1 and 2, works the numbers; lesson 6,
+# 4.3 ms for Mistral 7B on an H100 SXM at batch 1 and 1k tokens). Lesson 0, sections 1 and 2, works the numbers; lesson 6,
 # section 4, measures the cache against recomputing.
 #
 # </details>
