@@ -205,6 +205,69 @@ def _fresh(title: str, cache) -> None:
                    "so far; a preallocated buffer of zeros holds no token.")
 
 
+# The largest integer each float dtype holds exactly (every integer up to it; past it, neighbours merge).
+EXACT_UP_TO = {torch.bfloat16: 2**8, torch.float16: 2**11, torch.float32: 2**24}
+
+
+def _tensors(cache):
+    """``(path, tensor)`` for every tensor the cache keeps in an attribute, or one level down in a container."""
+    try:
+        attrs = dict(vars(cache))
+    except TypeError:
+        return
+    for name, value in attrs.items():
+        if isinstance(value, torch.Tensor):
+            yield f"self.{name}", value
+        elif isinstance(value, (list, tuple, deque)):
+            yield from ((f"self.{name}[{i}]", v) for i, v in enumerate(value) if isinstance(v, torch.Tensor))
+        elif isinstance(value, dict):
+            yield from ((f"self.{name}[{k!r}]", v) for k, v in value.items() if isinstance(v, torch.Tensor))
+
+
+def float_positions(case: str, cache, held: list) -> None:
+    """Positions kept in a float tensor narrower than float64 (``k_new.new_zeros(W)`` inherits the keys' dtype).
+
+    Judged once three distinct positions are held (so a 0/1 mask cannot look like them): a 1-D float tensor whose
+    values, all integers, include every position held is the cache's record of positions. float32 loses them past
+    2**24, which no run reaches, so the record itself is named; bfloat16 past 256 is also run (see the runs).
+    """
+    if len(set(held)) < 3:
+        return
+    for path, t in _tensors(cache):
+        if t.dtype not in EXACT_UP_TO or t.dim() != 1 or t.numel() > 4 * len(held) + 4:
+            continue
+        vals = t.detach().cpu().double()
+        if bool((vals == vals.round()).all()) and set(held) <= set(int(x) for x in vals.tolist()):
+            raise fail(case, f"your cache keeps its positions in {path}, a {short(t.dtype)} tensor: {short(t.dtype)} "
+                       f"holds integers exactly only up to {EXACT_UP_TO[t.dtype]:,}, so past that position neighbouring "
+                       "positions merge and the mask shows a key at the wrong position (a long conversation gets "
+                       "there).", hint=POSITIONS_DTYPE_HINT)
+
+
+def labelled(s: "Step") -> bool:
+    """Whether the tokens fed so far read back as their labels (:func:`._tokens.labels`): every label ``p + 1`` is
+    held exactly by the dtype, and below ``STREAM`` (where a label would read as another instance's token)."""
+    newest = s.base + s.p + 1
+    return s.p + 1 < STREAM and newest <= EXACT_UP_TO.get(s.k_new.dtype, 2**53)
+
+
+def rounded_positions(got: list, exp: list, dtype: torch.dtype) -> str | None:
+    """The message when ``got`` is ``exp`` rounded to the keys' ``dtype`` (positions stored in it); else None."""
+    if dtype not in EXACT_UP_TO or got == exp or len(got) != len(exp):
+        return None
+    if torch.tensor(exp, dtype=torch.float64).to(dtype).long().tolist() != got:
+        return None
+    return (f"positions {got} are the right ones rounded to {short(dtype)}, the keys' dtype: your cache stores "
+            f"positions in a {short(dtype)} tensor, which holds integers exactly only up to "
+            f"{EXACT_UP_TO[dtype]:,}. " + POSITIONS_DTYPE_HINT)
+
+
+POSITIONS_DTYPE_HINT = ("positions are integers: keep them in torch.long, torch.zeros(W, dtype=torch.long, "
+                        "device=k_new.device) or torch.tensor(..., dtype=torch.long). k_new.new_zeros(W), "
+                        "k_new.new_tensor(...) and torch.zeros_like(k_new) take the keys' dtype (float32, float16, "
+                        "bfloat16), and .long() on the way out cannot bring back a position already rounded.")
+
+
 def drive(judge: Judge, run: Run, dev, base: int = 0, cache=None, label: str = ""):
     """Yield once per step, after the judge has seen it (a generator, so runs can be interleaved).
 
@@ -235,6 +298,8 @@ def drive(judge: Judge, run: Run, dev, base: int = 0, cache=None, label: str = "
             raise fail(case, f"{library_inside(cache)}: the check compares with that very class, so it shows "
                        "nothing about your code.", hint="store and evict the keys and values yourself.")
         judge.step(Step(p, case, k_new, k, v, ek, ev, base, run.zeros, cache))
+        if judge.fresh_positions:
+            float_positions(case, cache, judge.oracle.positions.tolist())
         inputs.check_untouched(case)
         r = _bounded(case, cache, cap, k_new)
         if p + 1 == first:
