@@ -341,3 +341,39 @@ def one_sort_key_for_score_and_age(scores, weights, positions, budget, recent):
     total = _total(scores, weights)
     key = lambda i: float(total[i]) * 1000 + int(positions[i]) * 1e-3  # noqa: E731
     return _choose(total, positions, budget, _outside_recent(positions, recent), key=key)
+
+
+@wrong("check_h2o_keep", "epsilon", "position")
+def epsilon_tie_break(scores, weights, positions, budget, recent):
+    """Breaks ties with one sort key, total + 1e-7 * position: at position 5,000,000 the 'epsilon' is 0.5 and
+    outweighs real score differences."""
+    total = _total(scores, weights)
+    key = total.double() + 1e-7 * positions.double()
+    return _choose(total, positions, budget, _outside_recent(positions, recent), key=lambda i: float(key[i]))
+
+
+@wrong("check_h2o_keep", "epsilon", "position")
+def tiny_epsilon_tie_break(scores, weights, positions, budget, recent):
+    """The same with a smaller epsilon, 1e-10 * position, through topk over -key: harmless at 10**6, wrong at position
+    2 * 10**9, where it adds 0.2."""
+    total = _total(scores, weights)
+    key = total.double() + 1e-10 * positions.double()
+    cands = torch.tensor(_outside_recent(positions, recent), dtype=torch.long)
+    n_drop = max(0, len(positions) - budget)
+    drop = set(cands[torch.topk(-key[cands], n_drop).indices].tolist()) if n_drop else set()
+    keep = [i for i in range(len(positions)) if i not in drop]
+    return positions[keep], total[keep]
+
+
+@wrong("check_h2o_keep", "cands[-k:]", "k = 0")
+def keeps_last_k_candidates(scores, weights, positions, budget, recent):
+    """Keeps the recent tokens plus cands[-k:], k = budget - recent, of the candidates sorted best last: with
+    budget == recent, k = 0 and cands[-0:] is every candidate."""
+    total = _total(scores, weights)
+    newest = int(positions.max())
+    rec = [i for i in range(len(positions)) if int(positions[i]) > newest - recent]
+    if len(positions) <= budget:
+        return positions, total
+    cands = sorted(_outside_recent(positions, recent), key=lambda i: (float(total[i]), int(positions[i])))
+    keep = sorted(rec + cands[-(budget - len(rec)):])
+    return positions[keep], total[keep]
