@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
+from swkv_teach.grading._layout import LAYOUTS, laid_out
 from swkv_teach.grading._report import ExerciseFailed, call, fail, rehint
 from swkv_teach.grading._report import learner_name as _name
 from swkv_teach.grading._own import library_inside
@@ -59,6 +60,7 @@ class Run:
     dtype: torch.dtype = F32
     zeros: bool | str = False  # True: odd tokens all zeros; "runs": runs of zero tokens longer than the window
     steps: int | None = None  # None: steps_for(capacity); more to reach positions past 127 (int8 positions wrap)
+    layout: str | None = None  # tokens not contiguous (see _layout.LAYOUTS): "sliced" or "expanded"
 
     def tokens(self) -> str:
         b, h, d = self.shape
@@ -67,7 +69,8 @@ class Run:
             zeros = ", zero tokens in runs longer than the window, the first token included"
         elif self.zeros:
             zeros = ", odd tokens all zeros"
-        return f"tokens (batch={b}, heads={h}, 1, head_dim={d}) {short(self.dtype)}{zeros}"
+        laid = f", each token {LAYOUTS[self.layout]} (not contiguous)" if self.layout else ""
+        return f"tokens (batch={b}, heads={h}, 1, head_dim={d}) {short(self.dtype)}{zeros}{laid}"
 
     def plain(self, **change) -> "Run":
         return Run(self.args, **{"shape": SHAPE0, "dtype": F32, "zeros": False, "steps": self.steps, **change})
@@ -149,7 +152,7 @@ def _bounded(case: str, cache, capacity: int, k_new: torch.Tensor):
     Counted in numbers held, so a cache may keep 16-bit tokens in float32.
     """
     r = retained(cache)
-    tokens = r.float_elements / k_new.numel()
+    tokens = r.float_elements / _token_elements(k_new)
     if tokens > 4 * capacity + 2:  # + 2: the seed's slice is a view of a W + 1 token cat
         raise fail(case, f"the cache holds {tokens:g} tokens' worth of keys and values (all it keeps alive); a window "
                    f"of {capacity} needs {2 * capacity} (keys and values), and more than twice that means it is "
@@ -157,6 +160,12 @@ def _bounded(case: str, cache, capacity: int, k_new: torch.Tensor):
                    hint="evict: the memory must stay flat however many tokens arrive. Returning the last W is "
                    "not enough if the cache still stores everything (in any attribute, list or dict).")
     return r
+
+
+def _token_elements(k_new: torch.Tensor) -> int:
+    """Numbers one token takes in memory: its own, or all of the storage it is a slice of (a cache may keep the
+    caller's sliced token itself, and with it the fused projection it came from)."""
+    return max(k_new.numel(), k_new.untyped_storage().nbytes() // k_new.element_size())
 
 
 def _biggest(r) -> str:
@@ -172,7 +181,7 @@ def _biggest(r) -> str:
 
 def _flat(case: str, before, after, k_new: torch.Tensor, first: int, last: int) -> None:
     """Nothing the cache keeps grows between step ``first`` and ``last``, both after the window filled."""
-    per_token = k_new.numel() * k_new.element_size()
+    per_token = _token_elements(k_new) * k_new.element_size()
     grew_items = after.items - before.items
     grew_bytes = after.all_bytes - before.all_bytes
     if grew_items > 2 or grew_bytes > 2 * per_token:
@@ -289,10 +298,12 @@ def drive(judge: Judge, run: Run, dev, base: int = 0, cache=None, label: str = "
         zero = zero_token(run.zeros, p, cap)
         case = f"{title}, {run.tokens()}, step {p + 1} (tokens 0..{p} fed so far)"
         k_new, v_new = token(p, run.dtype, dev, run.shape, base, zero)
+        if run.layout:
+            k_new, v_new = laid_out(k_new, run.layout), laid_out(v_new, run.layout)
         inputs.add(p, k_new, v_new)
         k, v = unpack_kv(case, call(case, "update()", cache.update, k_new, v_new))
         inputs.check_untouched(case)  # first: a k_new changed in place (squeeze_) must not be judged as the input
-        ek, ev = judge.oracle.update(*token(p, run.dtype, dev, run.shape, base, zero))
+        ek, ev = judge.oracle.update(k_new.clone(), v_new.clone())  # unchanged (checked): the same numbers
         check_kind(case, k, v, k_new)
         if p == 0 and library_inside(cache):
             raise fail(case, f"{library_inside(cache)}: the check compares with that very class, so it shows "
@@ -382,6 +393,11 @@ def isolate(e: ExerciseFailed, judge_cls, cls, run: Run, dev, snapshot=None) -> 
         found.append(f"with {short(run.dtype)} tokens it fails, with float32 it passes: keep k_new's dtype "
                      "throughout. torch.empty(0) and torch.zeros(...) default to float32 (use dtype=k_new.dtype or "
                      "k_new.new_zeros), .float() converts, and numpy has no bfloat16.")
+    if run.layout and not _passes(judge_cls, cls, run.plain(shape=run.shape, layout=run.layout), dev):
+        found.append(f"with tokens {LAYOUTS[run.layout]}, it fails; with the same numbers in contiguous memory it "
+                     "passes: a model's keys are rarely contiguous (a slice of a fused projection, a transposed or "
+                     "expanded view). .view() needs contiguous memory: use .reshape(), or keep the 4-D layout and "
+                     "index with [:, :, slot].")
     if run.zeros and not _passes(judge_cls, cls, run.plain(zeros=run.zeros), dev):
         found.append("when some keys and values are all zeros it fails: zero is a legitimate key; never find "
                      "empty slots by looking for zeros, count the tokens written instead.")

@@ -20,15 +20,17 @@ LAYOUTS = {
     "transposed": "transposed as a model makes it, proj(x).view(B, T, H, D).transpose(1, 2)",
     "sliced": "a slice of a fused projection, qkv[..., D:2 * D]",
     "expanded": "expanded over the batch, x[:1].expand(B, ...)",
+    "strided": "every other entry of a longer tensor, buf[::2]",
 }
 
 
 def laid_out(x: torch.Tensor, how: str) -> torch.Tensor:
-    """``x`` (any float or integer tensor of 2 or more dims) with the same values and the layout ``how``.
+    """``x`` (a float or integer tensor, 2 or more dims but for ``"strided"``) with its values, laid out ``how``.
 
     ``"transposed"``: dims 1 and 2 swapped in memory (4-D: a model's (B, T, H, D) buffer seen as (B, H, T, D));
     ``"sliced"``: the middle third of a buffer three times wider in the last dim; ``"expanded"``: batch row 0
-    expanded to the batch (``x`` itself must have equal batch rows: see :func:`expandable`).
+    expanded to the batch (so rows 1.. take row 0's values: feed the result to the oracle too);
+    ``"strided"``: every other entry along dim 0 of a buffer twice as long (1-D positions too).
     """
     if how == "transposed":
         return x.transpose(1, 2).contiguous().transpose(1, 2)
@@ -39,12 +41,16 @@ def laid_out(x: torch.Tensor, how: str) -> torch.Tensor:
         return buf[..., D : 2 * D]
     if how == "expanded":
         return x[:1].expand(x.shape[0], *x.shape[1:])
+    if how == "strided":  # any number of dims: every other entry along dim 0
+        buf = torch.zeros(2 * x.shape[0], *x.shape[1:], dtype=x.dtype, device=x.device)
+        buf[::2] = x
+        return buf[::2]
     raise ValueError(f"how must be one of {sorted(LAYOUTS)}; got {how!r}")
 
 
 NONCONTIG_HINT = ("{what} is not contiguous here ({layout}), and your code assumes it is: .view() needs contiguous "
-                  "memory. Use .reshape() (it copies only when it must), or reduce over the last dim directly "
-                  "(amax(dim=-1, keepdim=True)) without flattening.")
+                  "memory. Use .reshape() (it copies only when it must), or reduce over the dims directly "
+                  "(amax(dim=-1, keepdim=True), mean(dim=(0, 1))) without flattening.")
 
 
 def name_layout(e: ExerciseFailed, what: str, how: str) -> ExerciseFailed:

@@ -40,6 +40,8 @@ SLIDING_RUNS = (
     Run((1,), zeros="runs"),  # a zero first token, then windows of nothing but zeros
     Run((3,), (1, 2, 2), zeros="runs"),
     Run((2,), (1, 1, 2), steps=140),  # positions past 127, where int8 positions wrap
+    Run((3,), layout="sliced"),  # k_new = qkv[..., D:2 * D], as a fused projection gives it: not contiguous
+    Run((2,), (3, 2, 3), layout="expanded"),  # k_new = x[:1].expand(3, ...): one memory row for the whole batch
 )
 LIVE = ((2,), (5,), (3,), (3,))  # instances alive together, two with one window (a memo keyed on it)
 
@@ -240,8 +242,8 @@ def check_sliding_window_cache(cls) -> None:
     interleave(SlidingJudge, cls, LIVE, dev)
     passed(f"{_name(cls)} keeps exactly the last W tokens, like the library's SlidingWindowKVCache "
            f"(W = {_shown(SLIDING_RUNS)}; runs of 4W + 3 tokens and one of 140; "
-           f"{len({r.shape for r in SLIDING_RUNS})} token shapes; float32/64, float16, bfloat16; zero tokens, alone and in "
-           "runs; 4 live instances; bounded memory).")
+           f"{len({r.shape for r in SLIDING_RUNS})} token shapes, sliced and expanded too; float32/64, float16, bfloat16; "
+           "zero tokens, alone and in runs; 4 live instances; bounded memory).")
 
 
 # ---------------------------------------------------------------- ring
@@ -409,7 +411,8 @@ def check_ring_buffer_cache(cls) -> None:
     check_runs(RingJudge, cls, RING_RUNS, dev, pristine(cls))
     interleave(RingJudge, cls, LIVE, dev)
     passed(f"{_name(cls)} matches the library's RingBufferKVCache slot for slot (W = {_shown(RING_RUNS)}; "
-           f"{len({r.shape for r in RING_RUNS})} token shapes; float32/64, float16, bfloat16; zero tokens, alone and "
+           f"{len({r.shape for r in RING_RUNS})} token shapes, sliced and expanded too; float32/64, float16, bfloat16; "
+           "zero tokens, alone and "
            "in runs; runs of 140 and 300 (bfloat16) tokens; 4 live instances), with integer positions, "
            "ordered() as a copy, no allocation once full and bounded memory.")
 

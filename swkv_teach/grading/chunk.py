@@ -38,7 +38,8 @@ import torch
 from swkv_teach.caches import RingBufferKVCache, SlidingWindowKVCache
 from swkv_teach.device import device as pick_device
 from swkv_teach.grading._own import is_own
-from swkv_teach.grading._report import call, fail, learner_name, passed
+from swkv_teach.grading._layout import LAYOUTS, laid_out, name_layout
+from swkv_teach.grading._report import ExerciseFailed, call, fail, learner_name, passed
 from swkv_teach.masks import allowed, window_mask
 
 __all__ = ["check_chunk_mask"]
@@ -341,11 +342,14 @@ def _aliases(case: Case, qd, kd) -> bool:
     return qd == kd and nq <= nk and torch.equal(case.q, case.k[nk - nq:])
 
 
-def _inputs(case: Case, qd, kd, dev, alias: bool):
-    """Fresh tensors for one call (the case's own must not be written to); q a view of k's tail if ``alias``."""
+def _inputs(case: Case, qd, kd, dev, alias: bool, strided: bool = False):
+    """Fresh tensors for one call (the case's own must not be written to); q a view of k's tail if ``alias``;
+    both every other entry of a longer tensor (not contiguous) if ``strided``."""
     # clone(): on the CPU, .to() of an int64 tensor returns the case's own tensor, which the answer may write to
     k = case.k.to(device=dev, dtype=kd).clone()
     q = k[len(k) - len(case.q):] if alias else case.q.to(device=dev, dtype=qd).clone()
+    if strided and not alias:
+        q, k = laid_out(q, "strided"), laid_out(k, "strided")
     return q, k
 
 
@@ -358,14 +362,22 @@ def _right_apart(fn, case: Case, qd, kd, dev, exp: torch.Tensor) -> bool:
     return isinstance(out, torch.Tensor) and out.dtype == torch.bool and torch.equal(out.detach().cpu(), exp)
 
 
-def _check_case(fn, name: str, case: Case, qd, kd, dev) -> None:
+def _check_case(fn, name: str, case: Case, qd, kd, dev, strided: bool = False) -> None:
     head = _call_line(name, case, qd, kd, dev)
     alias = _aliases(case, qd, kd)
+    strided = strided and not alias
     if alias:
         head += f", q_positions being k_positions[-{len(case.q)}:] (a view, as after cache.update)"
-    q, k = _inputs(case, qd, kd, dev, alias)
+    if strided:
+        head += f", each {LAYOUTS['strided']} (not contiguous)"
+    q, k = _inputs(case, qd, kd, dev, alias, strided)
     q_before, k_before = q.clone(), k.clone()
-    got = call(head, f"{name}()", fn, q, k, case.W)
+    try:
+        got = call(head, f"{name}()", fn, q, k, case.W)
+    except ExerciseFailed as e:
+        if strided and " raised " in str(e):
+            raise name_layout(e, "q_positions (and k_positions)", "strided") from None
+        raise
     nq, nk = len(case.q), len(case.k)
     for arg, now, before in (("q_positions", q, q_before), ("k_positions", k, k_before)):
         if now.shape != before.shape or now.dtype != before.dtype or not torch.equal(now, before):
@@ -432,8 +444,10 @@ def check_chunk_mask(fn) -> None:
     for n, case in enumerate(todo):
         qd, kd = case.dtypes or DTYPES[n % len(DTYPES)]
         _check_case(fn, name, case, qd, kd, dev)
+        if n % 4 == 3:  # the same positions, every other entry of a longer tensor
+            _check_case(fn, name, case, qd, kd, dev, strided=True)
     chunks = sum(1 for c in todo if len(c.q) > 1)
     most = max(len(c.k) for c in todo)
     passed(f"{name} matches window_mask on all {len(todo)} cases ({chunks} multi-token chunks; windows 1..9; keys "
            f"from the sliding and ring caches, shuffled, with gaps, up to {most} keys; int32 and int64 positions "
-           f"up to {max(int(c.q.max()) for c in todo)}).")
+           f"up to {max(int(c.q.max()) for c in todo)}, a quarter of them strided as well).")

@@ -31,7 +31,8 @@ import torch
 from swkv_teach.caches.h2o import h2o_keep as _oracle
 from swkv_teach.caches.scored import head_average
 from swkv_teach.grading._h2o_slips import SLIPS, TIES_HINT, avg, keep_after, recent_mask, slot_order_on_ties
-from swkv_teach.grading._report import call, fail, passed, show, learner_name as _name
+from swkv_teach.grading._layout import LAYOUTS, laid_out, name_layout
+from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, show, learner_name as _name
 
 __all__ = ["check_h2o_keep"]
 
@@ -315,15 +316,24 @@ def _diagnose(case, args, got_pos, got_sc, exp_pos, exp_sc, rtol, atol, probe=No
                 "(averaged over batch and heads, summed over queries), in float32.")
 
 
-def _one(fn, title, scores, weights, positions, budget, recent, device):
+def _one(fn, title, scores, weights, positions, budget, recent, device, laid: bool = False):
+    """One call; ``laid``: weights transposed in memory and positions strided, as views (not contiguous)."""
     args_cpu = (scores, weights, positions, budget, recent)
     exp_pos, exp_sc = _oracle(*args_cpu)
     exp_pos, exp_sc = exp_pos.tolist(), exp_sc.double()
     case = (f"{_name(fn)}(scores, weights, positions, budget={budget}, recent={recent}), {title}\n"
             f"   positions {positions.tolist()}, weights shape {tuple(weights.shape)} {str(weights.dtype)[6:]}")
     s_in, w_in, p_in = scores.to(device), weights.to(device), positions.to(device)
+    if laid:
+        w_in, p_in = laid_out(w_in, "transposed"), laid_out(p_in, "strided")
+        case += f"\n   weights {LAYOUTS['transposed']}, positions {LAYOUTS['strided']}: neither contiguous"
     copies = (s_in.clone(), w_in.clone(), p_in.clone())
-    got = call(case, f"{_name(fn)}(...)", fn, s_in, w_in, p_in, budget, recent)
+    try:
+        got = call(case, f"{_name(fn)}(...)", fn, s_in, w_in, p_in, budget, recent)
+    except ExerciseFailed as e:
+        if laid and " raised " in str(e):
+            raise name_layout(e, "weights (or positions)", "transposed") from None
+        raise
     for name, before, after in zip(("scores", "weights", "positions"), copies, (s_in, w_in, p_in)):
         if not torch.equal(before, after):
             raise fail(case, f"your function changed the `{name}` it was given (in place).",
@@ -419,6 +429,9 @@ def check_h2o_keep(fn) -> None:
     for i in range(60):
         scores, weights, positions, budget, recent = _random_case(rng, gen)
         _one(fn, f"random case {i + 1}", scores, weights, positions, budget, recent, dev if i % 2 else "cpu")
+        if i % 3 == 2 and weights.shape[1] > 1 and weights.shape[2] > 1:  # the same numbers, not contiguous
+            _one(fn, f"random case {i + 1}", scores, weights, positions, budget, recent, dev if i % 2 else "cpu",
+                 laid=True)
     far = random.Random(13), torch.Generator().manual_seed(13)  # their own stream: the cases above stay as they were
     for i in range(20):
         scores, weights, positions, budget, recent = _random_case(*far, far=True)
@@ -430,4 +443,5 @@ def check_h2o_keep(fn) -> None:
              dev if i % 2 else "cpu")
     passed(f"{_name(fn)} accumulates and evicts as H2O does, like the library's H2OKVCache ({n} scripted cases, "
            "a 40-step stream, a 16-step stream of ties, 60 random cases, 20 at positions up to 2**31 and 20 with ties: "
-           "batch 1-3, 1-4 heads, chunks of 1-5 queries, keys in slot order, 4 dtypes).")
+           "batch 1-3, 1-4 heads, chunks of 1-5 queries, keys in slot order, 4 dtypes, weights and positions not "
+           "contiguous in some).")

@@ -30,6 +30,8 @@ SINK_RUNS = (
     Run((1, 2), zeros="runs"),  # the sink itself a zero token, then whole windows of zeros
     Run((1, 2), (1, 1, 2), steps=140),  # positions past 127, where int8 positions wrap
     Run((2, 3), (1, 2, 2), BF16, steps=300),  # a position record in the keys' dtype rounds past 256
+    Run((1, 3), layout="sliced"),  # k_new = qkv[..., D:2 * D]: not contiguous
+    Run((2, 2), (3, 2, 3), layout="expanded"),  # k_new = x[:1].expand(3, ...)
 )
 SINK_LIVE = ((1, 2), (2, 5), (3, 1), (3, 1))  # two with one shape (a memo keyed on it)
 
@@ -147,7 +149,7 @@ def check_sink_cache(cls) -> None:
     interleave(SinkJudge, cls, SINK_LIVE, dev)
     passed(f"{_name(cls)} keeps the sinks and the last W tokens, like the library's SinkKVCache "
            "(num_sinks, W = " + ", ".join(dict.fromkeys(f"({r.args[0]}, {r.args[1]})" for r in SINK_RUNS))
-           + "; runs of 4(S + W) + 3 tokens and of 140 and 300 (bfloat16); 5 token shapes; float32/64, float16, bfloat16; zero tokens; "
+           + "; runs of 4(S + W) + 3 tokens and of 140 and 300 (bfloat16); 6 token shapes, sliced and expanded too; float32/64, float16, bfloat16; zero tokens; "
            "4 live instances; integer positions; bounded memory).")
 
 

@@ -377,3 +377,12 @@ def keeps_last_k_candidates(scores, weights, positions, budget, recent):
     cands = sorted(_outside_recent(positions, recent), key=lambda i: (float(total[i]), int(positions[i])))
     keep = sorted(rec + cands[-(budget - len(rec)):])
     return positions[keep], total[keep]
+
+
+@wrong("check_h2o_keep", "not contiguous", "transposed", ".reshape()")
+def flattens_heads_with_view(scores, weights, positions, budget, recent):
+    """Averages batch and heads through weights.view(B * H, Q, K).mean(0): right on contiguous attention, raises on
+    weights laid out as a model makes them (a transposed view)."""
+    B, H, Q, K = weights.shape
+    total = scores + weights.float().view(B * H, Q, K).mean(0).sum(0)
+    return _choose(total, positions, budget, _outside_recent(positions, recent))

@@ -462,3 +462,19 @@ class PositionsAsScalarsOfTheKeysDtype(_Ring):
     @property
     def positions(self):
         return torch.stack(self.pos[: min(self.seen, self.window_size)]).long()
+
+
+@wrong("check_ring_buffer_cache", "expanded", "contiguous", ".reshape()")
+class WritesThroughAFlatView(_Ring):
+    """Writes a token with k_buf.view(B * H, W, D)[:, slot] = k_new.view(B * H, D): fine for a contiguous token,
+    but view raises on one expanded over the batch (x[:1].expand(B, ...), stride 0)."""
+
+    def write(self, k_new, v_new):
+        if self.k_buf is None:
+            self.alloc(k_new)
+        B, H, _, D = k_new.shape
+        W, slot = self.window_size, self.seen % self.window_size
+        self.k_buf.view(B * H, W, D)[:, slot] = k_new.view(B * H, D)
+        self.v_buf.view(B * H, W, D)[:, slot] = v_new.view(B * H, D)
+        self.seen += 1
+        return min(self.seen, W)

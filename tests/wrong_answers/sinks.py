@@ -344,3 +344,13 @@ class ArgumentsSwapped(_Sinks):
 
     def __init__(self, window_size, num_sinks):
         super().__init__(num_sinks, window_size)
+
+
+@wrong("check_sink_cache", "slice of a fused projection", "contiguous", ".reshape()")
+class FlattensEachToken(_Sinks):
+    """Passes each token through a flat vector, k_new.view(-1).view(B, H, 1, D): view raises on a token sliced out
+    of a fused projection (qkv[..., D:2 * D])."""
+
+    def update(self, k_new, v_new):
+        B, H, _, D = k_new.shape
+        return super().update(k_new.view(-1).view(B, H, 1, D), v_new.view(-1).view(B, H, 1, D))
