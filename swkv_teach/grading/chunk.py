@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from swkv_teach.caches import RingBufferKVCache, SlidingWindowKVCache
 from swkv_teach.device import device as pick_device
@@ -362,6 +363,47 @@ def _right_apart(fn, case: Case, qd, kd, dev, exp: torch.Tensor) -> bool:
     return isinstance(out, torch.Tensor) and out.dtype == torch.bool and torch.equal(out.detach().cpu(), exp)
 
 
+class _WriteWatch(TorchFunctionMode):
+    """Records the first in-place torch operation (``sub_``, ``x[i] = ...``, ``+=``, ``out=``) on memory the
+    inputs own: one restored afterwards leaves the inputs unchanged at the end, yet moved them for a moment (and,
+    with q_positions a view of k_positions, moved the other one meanwhile)."""
+
+    NOT_WRITES = ("requires_grad_", "share_memory_", "retain_grad")
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, alias: bool):
+        super().__init__()
+        self.q, self.k, self.alias = q, k, alias
+        self.found = None
+
+    def _name(self, t: torch.Tensor) -> str | None:
+        """Which argument ``t`` writes into: the tensor itself, else one whose memory it shares."""
+        if t is self.k or (self.alias and t.untyped_storage().data_ptr() == self.k.untyped_storage().data_ptr()
+                           and t is not self.q):
+            return "k_positions (q_positions is a view of it)" if self.alias else "k_positions"
+        if t is self.q:
+            return "q_positions (a view of k_positions)" if self.alias else "q_positions"
+        for arg, x in (("k_positions", self.k), ("q_positions", self.q)):
+            if t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
+                return arg
+        return None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.found is None:
+            fname = getattr(func, "__name__", "")
+            inplace = (fname.endswith("_") and not fname.startswith("_") and fname not in self.NOT_WRITES) or fname in (
+                "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__iand__",
+                "__ior__")
+            targets = [args[0]] if inplace and args else []
+            targets += [t for t in (kwargs.get("out"),) if t is not None]
+            for t in targets:
+                arg = self._name(t) if isinstance(t, torch.Tensor) else None
+                if arg:
+                    self.found = (arg, fname)
+                    break
+        return func(*args, **kwargs)
+
+
 def _check_case(fn, name: str, case: Case, qd, kd, dev, strided: bool = False) -> None:
     head = _call_line(name, case, qd, kd, dev)
     alias = _aliases(case, qd, kd)
@@ -372,8 +414,10 @@ def _check_case(fn, name: str, case: Case, qd, kd, dev, strided: bool = False) -
         head += f", each {LAYOUTS['strided']} (not contiguous)"
     q, k = _inputs(case, qd, kd, dev, alias, strided)
     q_before, k_before = q.clone(), k.clone()
+    watch = _WriteWatch(q, k, alias)
     try:
-        got = call(head, f"{name}()", fn, q, k, case.W)
+        with watch:
+            got = call(head, f"{name}()", fn, q, k, case.W)
     except ExerciseFailed as e:
         if strided and " raised " in str(e):
             raise name_layout(e, "q_positions (and k_positions)", "strided") from None
@@ -385,6 +429,14 @@ def _check_case(fn, name: str, case: Case, qd, kd, dev, strided: bool = False) -
                        f"it is now {now.cpu().tolist()} (shape {tuple(now.shape)}).",
                        hint="the positions belong to the cache: use out-of-place operations "
                        "(unsqueeze, not unsqueeze_; sort() returns a new tensor), or work on a .clone().")
+    if watch.found is not None and torch.equal(q, q_before) and torch.equal(k, k_before):
+        arg, op = watch.found
+        raise fail(head, case.label, f"wrote into its argument {arg} in place ({op}) and put it back: unchanged at the "
+                   "end, but moved meanwhile. The statement says the inputs are never changed, even for a moment: "
+                   "after a cache's update q_positions is a view of k_positions (k_positions[-c:]), so writing into "
+                   "one moves the other while you compute, and the positions belong to the cache.",
+                   hint="use out-of-place operations: q_positions - window_size, not q_positions.sub_(window_size) "
+                   "(and no [...] =, +=, out= on the inputs); work on a .clone() if you must write.")
     if not isinstance(got, torch.Tensor):
         raise fail(head, case.label, f"returned {type(got).__name__}; expected a torch.Tensor of shape ({nq}, {nk}).",
                    hint="build the mask with torch operations on the two position tensors and return it.")
