@@ -11,8 +11,11 @@ live instances (two of them with the same window) are updated in turn
 (:func:`interleave`): a cache whose state lives on its class, or in a memo keyed on
 the window, passes alone and fails there.
 
-A cache with a ``positions`` property (rings, sinks) must report none before its first update:
-a new cache holds no token. Also checked at every step: the caller's tensors are never written to, and the
+Two runs feed tokens that are not contiguous (sliced from a fused projection, expanded over the
+batch), as a model's keys are. A cache with a ``positions`` property (rings, sinks) must report none
+before its first update: a new cache holds no token; and it must not keep them in a float tensor
+narrower than float64 (:func:`float_positions`: ``k_new.new_zeros(W)`` takes the keys' dtype, exact
+only to 256 in bfloat16), which a 300-token bfloat16 run also shows where no such tensor is kept. Also checked at every step: the caller's tensors are never written to, and the
 cache keeps at most ``capacity`` tokens of keys and values, counted over
 everything the object keeps alive (:mod:`._retained`), and nothing it holds
 grows once the window is full.

@@ -5,7 +5,8 @@ of the same kind (the oracle), exactly, step by step, over the runs of
 :mod:`._drive`: windows 1, 2, 3, 4, 5, 8, runs of ``4W + 3`` tokens (so ``W - 1``,
 ``W``, ``W + 1`` and long after are crossed), token shapes with ``batch != heads``,
 one head, batch 1 and a distinct head_dim, float32/float64/float16/bfloat16, all-zero
-keys and values, then several live instances side by side; at every step the
+keys and values, tokens sliced and expanded (not contiguous), for the ring a 300-token bfloat16
+run (positions past 256), then several live instances side by side; at every step the
 caller's tensors stay untouched and the memory the cache keeps stays bounded.
 The hints below name the bug from the labels of the tokens returned
 (see :mod:`._tokens`), the most specific diagnosis first.

@@ -15,6 +15,11 @@ block sizes cross every alignment (``bs = 1``, ``bs > W``, ``bs = W``,
 return a block before it takes one), and three sequences of different lengths
 run interleaved on one pool, one of them reset and restarted.
 
+The block ``append()`` names must be the one its token went into: the block just taken when the token
+opens one, else the previous token's (the pool records what it hands out); a return of
+``block_table[0]`` (the oldest block) or of ``block_table[0]`` plus an offset (ids assumed consecutive,
+told apart from the logical block number on a pool whose ids come out scrambled) is named.
+
 A new instance holds nothing: right after construction it has taken no block from the pool and its
 ``block_table`` and ``positions`` are empty (a block reserved in ``__init__`` is named).
 ``block_table`` must be a new list (or a tuple) each time: the check appends to what it got

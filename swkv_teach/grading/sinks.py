@@ -1,7 +1,8 @@
 """Check for exercise 07: ``SinkCache(num_sinks, window_size)``, the first ``num_sinks`` tokens forever plus
 the last ``window_size``, in any order its ``positions`` describe.
 
-Driven like the other cache checks (:mod:`._drive`: shapes, dtypes, zero tokens, live instances, memory);
+Driven like the other cache checks (:mod:`._drive`: shapes, dtypes, zero tokens, tokens not contiguous, a
+300-token bfloat16 run, live instances, memory, positions kept in an integer dtype);
 compared as a set with the library's :class:`~swkv_teach.caches.SinkKVCache`, then token by token. To tell
 an off-by-one in the sinks from a hard-coded number of them, the hint looks at what the cache still pins
 after a dozen more updates, once the window has moved far past the sinks.
