@@ -15,7 +15,8 @@ Two runs feed tokens that are not contiguous (sliced from a fused projection, ex
 batch), as a model's keys are. A cache with a ``positions`` property (rings, sinks) must report none
 before its first update: a new cache holds no token; and it must not keep them in a float tensor
 narrower than float64 (:func:`float_positions`: ``k_new.new_zeros(W)`` takes the keys' dtype, exact
-only to 256 in bfloat16), which a 300-token bfloat16 run also shows where no such tensor is kept. Also checked at every step: the caller's tensors are never written to, and the
+only to 256 in bfloat16), which a 300-token bfloat16 run also shows where no such tensor is kept.
+Also checked at every step: the caller's tensors are never written to, and the
 cache keeps at most ``capacity`` tokens of keys and values, counted over
 everything the object keeps alive (:mod:`._retained`), and nothing it holds
 grows once the window is full.
@@ -251,7 +252,8 @@ def float_positions(case: str, cache, held: list) -> None:
         vals = t.detach().cpu().double()
         if bool((vals == vals.round()).all()) and set(held) <= set(int(x) for x in vals.tolist()):
             raise fail(case, f"your cache keeps its positions in {path}, a {short(t.dtype)} tensor: {short(t.dtype)} "
-                       f"holds integers exactly only up to {EXACT_UP_TO[t.dtype]:,}, so past that position neighbouring "
+                       f"holds integers exactly only up to {EXACT_UP_TO[t.dtype]:,}, so past that position "
+                       "neighbouring "
                        "positions merge and the mask shows a key at the wrong position (a long conversation gets "
                        "there).", hint=POSITIONS_DTYPE_HINT)
 

@@ -243,7 +243,8 @@ def check_sliding_window_cache(cls) -> None:
     interleave(SlidingJudge, cls, LIVE, dev)
     passed(f"{_name(cls)} keeps exactly the last W tokens, like the library's SlidingWindowKVCache "
            f"(W = {_shown(SLIDING_RUNS)}; runs of 4W + 3 tokens and one of 140; "
-           f"{len({r.shape for r in SLIDING_RUNS})} token shapes, sliced and expanded too; float32/64, float16, bfloat16; "
+           f"{len({r.shape for r in SLIDING_RUNS})} token shapes, sliced and expanded too; float32/64, float16, "
+           "bfloat16; "
            "zero tokens, alone and in runs; 4 live instances; bounded memory).")
 
 

@@ -14,7 +14,8 @@ Two parts, each with the messages it can give:
 1. **The layer alone** (:func:`_drive`), on the device the library picks: keys and values *labelled* by
    their position (and by batch row and head, so a mixed-up dim shows), fed in chunks of 1, 2, 5, W - 1,
    W + 3 tokens over at least ``8 W + 16`` tokens, windows 1 to 8, four dtypes, batch 1 and 2, prompts
-   shorter and longer than W. At every update: the seen count, the mask sizes (read twice, and they must
+   shorter and longer than W, some chunks transposed in memory as a model's projections give them. At
+   every update: the seen count, the mask sizes (read twice, and they must
    change nothing), the positions, order, dtype and device of the keys and values returned; at the end of
    a run, the memory the object keeps (at most about the window). Then three runs with no get_mask_sizes
    before update (transformers asks the first sliding layer only), and three layers alive at once.
@@ -40,6 +41,7 @@ import torch
 from swkv_teach.device import device as pick_device
 from swkv_teach.grading._drive import _supports, in_turn
 from swkv_teach.grading._hf_models import ATOL, models, signature_hint
+from swkv_teach.grading._layout import LAYOUTS, laid_out, name_layout
 from swkv_teach.grading._own import is_own, library_inside
 from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint, show
 from swkv_teach.grading._report import learner_name as _name
@@ -110,7 +112,8 @@ def _mask_hint(n: int, W: int, q: int, got: tuple, exp: tuple) -> str:
         return "the two numbers are swapped: transformers unpacks kv_length, kv_offset = get_mask_sizes(q)."
     if n > 0 and got == (q, n):
         return (f"these describe the chunk alone (its {q} keys, from position {n}): but the chunk's first query "
-                f"(position {n}) also sees the stored keys j > n - W, the last min(n, W - 1) = {min(n, W - 1)}, however "
+                f"(position {n}) also sees the stored keys j > n - W, the last min(n, W - 1) = {min(n, W - 1)}, "
+                "however "
                 "long the chunk (q >= W too): kv_length = min(n, W - 1) + q, kv_offset = max(n - W + 1, 0), and update "
                 "returns those stored keys in front of the chunk.")
     if got == mask_sizes(n + q, W, q) or got == (min(n + q, W), max(n + q - W, 0)):
@@ -158,8 +161,17 @@ def _step(c: _Ctx, layer, n: int, q: int, before: int) -> None:
         raise fail(case, f"get_mask_sizes({q}) (asked before update, with n = {n} seen, W = {W}) gives "
                    "(kv_length, kv_offset):", expected=exp, got=got, hint=_mask_hint(n, W, q, got, exp))
     k_new, v_new = _label(range(n, n + q), c.shape, c.dtype, c.dev, c.stream)
+    laid = q > 1 and c.shape[1] > 1 and n % 2 == 1  # as a model's projections give them: (B, q, H, D) transposed
+    if laid:
+        k_new, v_new = laid_out(k_new, "transposed"), laid_out(v_new, "transposed")
+        case += f", key_states and value_states {LAYOUTS['transposed']} (not contiguous)"
     keep = (k_new.clone(), v_new.clone())
-    out = signature_hint(lambda: call(case, "update()", layer.update, k_new, v_new, kwargs={}))
+    try:
+        out = signature_hint(lambda: call(case, "update()", layer.update, k_new, v_new, kwargs={}))
+    except ExerciseFailed as e:
+        if laid and " raised " in str(e) and "TypeError" not in str(e):
+            raise name_layout(e, "key_states", "transposed") from None
+        raise
     if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
         raise fail(case, f"update() returned {show(out)}.", hint="return a tuple (keys, values) of two tensors.")
     k, v = out

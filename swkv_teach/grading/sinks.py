@@ -150,7 +150,8 @@ def check_sink_cache(cls) -> None:
     interleave(SinkJudge, cls, SINK_LIVE, dev)
     passed(f"{_name(cls)} keeps the sinks and the last W tokens, like the library's SinkKVCache "
            "(num_sinks, W = " + ", ".join(dict.fromkeys(f"({r.args[0]}, {r.args[1]})" for r in SINK_RUNS))
-           + "; runs of 4(S + W) + 3 tokens and of 140 and 300 (bfloat16); 6 token shapes, sliced and expanded too; float32/64, float16, bfloat16; zero tokens; "
+           + "; runs of 4(S + W) + 3 tokens and of 140 and 300 (bfloat16); 6 token shapes, sliced and expanded too; "
+           "float32/64, float16, bfloat16; zero tokens; "
            "4 live instances; integer positions; bounded memory).")
 
 

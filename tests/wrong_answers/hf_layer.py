@@ -436,3 +436,17 @@ class UpdateReadsTheRecordedOffset(_Ring):
         self.store(key_states, value_states, n)
         self.count(key_states.shape[2])
         return k, v
+
+
+@wrong(CHECK, "not contiguous", "transposed as a model makes it", ".reshape()")
+class ChunkWrittenThroughAFlatView(_Ring):
+    """Writes a chunk's last W tokens through key_states.view(B * H, q, D): a model's key_states are
+    proj(h).view(B, q, H, D).transpose(1, 2), not contiguous, and view raises."""
+
+    def store(self, key_states, value_states, n: int) -> None:
+        B, H, q, D = key_states.shape
+        W = self.sliding_window
+        flat_k, flat_v = key_states.view(B * H, q, D), value_states.view(B * H, q, D)
+        for i in range(max(q - W, 0), q):
+            self.k_buf.view(B * H, W, D)[:, (n + i) % W] = flat_k[:, i]
+            self.v_buf.view(B * H, W, D)[:, (n + i) % W] = flat_v[:, i]
