@@ -396,7 +396,14 @@ def isolate(e: ExerciseFailed, judge_cls, cls, run: Run, dev, snapshot=None) -> 
         found.append(f"with tokens of shape ({b}, {h}, 1, {d}) it fails, with (2, 3, 1, 4) it passes: something "
                      "assumes a shape. squeeze() drops batch 1 or a single head; a buffer must be "
                      "(batch, heads, W, head_dim) taken from k_new.shape, and a token is written with [:, :, slot].")
-    if run.dtype != F32 and not _passes(judge_cls, cls, run.plain(dtype=run.dtype), dev):
+    long = run.dtype in EXACT_UP_TO and (run.steps or 0) > EXACT_UP_TO[run.dtype]
+    if long and _passes(judge_cls, cls, run.plain(dtype=run.dtype, steps=None), dev):
+        limit = EXACT_UP_TO[run.dtype]
+        found.append(f"short {short(run.dtype)} runs pass and this one fails past position {limit}: something counts "
+                     f"or records positions in the keys' dtype, and {short(run.dtype)} holds integers exactly only up "
+                     f"to {limit} (a counter made with k_new.new_zeros(()), a position with k_new.new_tensor(p)). "
+                     "Count tokens with a Python int and keep positions in torch.long.")
+    elif run.dtype != F32 and not _passes(judge_cls, cls, run.plain(dtype=run.dtype), dev):
         found.append(f"with {short(run.dtype)} tokens it fails, with float32 it passes: keep k_new's dtype "
                      "throughout. torch.empty(0) and torch.zeros(...) default to float32 (use dtype=k_new.dtype or "
                      "k_new.new_zeros), .float() converts, and numpy has no bfloat16.")

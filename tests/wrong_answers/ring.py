@@ -478,3 +478,20 @@ class WritesThroughAFlatView(_Ring):
         self.v_buf.view(B * H, W, D)[:, slot] = v_new.view(B * H, D)
         self.seen += 1
         return min(self.seen, W)
+
+
+@wrong("check_ring_buffer_cache", "counts or records positions in the keys' dtype", "python int")
+class CountsInTheKeysDtype(_Ring):
+    """Counts tokens in a 0-d tensor made with k_new.new_zeros(()): in bfloat16, 256 + 1 rounds back to 256, so
+    past token 256 the slot and the positions stop moving."""
+
+    def write(self, k_new, v_new):
+        if self.k_buf is None:
+            self.alloc(k_new)
+            self.count = k_new.new_zeros(())
+        slot = int(self.count) % self.window_size
+        self.k_buf[:, :, slot] = k_new[:, :, 0]
+        self.v_buf[:, :, slot] = v_new[:, :, 0]
+        self.count += 1
+        self.seen = int(self.count)
+        return min(self.seen, self.window_size)

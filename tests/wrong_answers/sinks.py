@@ -354,3 +354,17 @@ class FlattensEachToken(_Sinks):
     def update(self, k_new, v_new):
         B, H, _, D = k_new.shape
         return super().update(k_new.view(-1).view(B, H, 1, D), v_new.view(-1).view(B, H, 1, D))
+
+
+@wrong("check_sink_cache", "counts or records positions in the keys' dtype", "python int")
+class CountsInTheKeysDtype(_Sinks):
+    """Counts the tokens seen in k_new.new_zeros(()) (the keys' dtype): in bfloat16 the count sticks at 256, and
+    with it the window's positions."""
+
+    def update(self, k_new, v_new):
+        if not hasattr(self, "count"):
+            self.count = k_new.new_zeros(())
+        self.seen = int(self.count)
+        k, v = super().update(k_new, v_new)
+        self.count += 1
+        return k, v
