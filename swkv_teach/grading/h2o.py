@@ -81,8 +81,9 @@ def _uniform_weights(batch, heads, queries, positions, dtype):
     return w.expand(batch, heads, queries, len(positions)).to(dtype).contiguous()
 
 
-def _tie_case(rng: random.Random, gen: torch.Generator):
-    """Equal totals at the eviction boundary, keys in slot order (a wrapped ring, or shuffled).
+def _tie_case(rng: random.Random, gen: torch.Generator, far: bool = False):
+    """Equal totals at the eviction boundary, keys in slot order (a wrapped ring, or shuffled); ``far``: at
+    positions just under 2**31, where float32 (spacing 128 there) merges neighbouring positions.
 
     Kept only when breaking the ties by slot gives another answer than by age; any other two totals are
     far apart, so a right answer in any precision keeps the same tokens.
@@ -94,7 +95,7 @@ def _tie_case(rng: random.Random, gen: torch.Generator):
         recent = rng.randint(0, min(budget, 3))
         batch, heads = rng.randint(1, 3), rng.randint(1, 4)
         dtype = rng.choice([torch.float32, torch.float64, torch.float16, torch.bfloat16])
-        start = rng.randint(0, 40)
+        start = rng.randint(0, 40) + (2**31 - 100 if far else 0)
         if rng.random() < 0.5:  # a ring after a wrap: [4, 5, 0, 1, 2, 3]
             positions = torch.roll(torch.arange(start, start + n), rng.randint(1, n - 1))
         else:
@@ -266,6 +267,13 @@ def _confirmed(found, probe) -> list:
     return kept
 
 
+BIG_HINT = ("something loses the positions' order when they are large: an 'epsilon' tie-break (total + eps * "
+            "position) grows with the conversation until it outweighs real score differences, and positions.float() "
+            "holds integers exactly only up to 2**24 (near 2**31 its values are 128 apart, so every tie there "
+            "falls back to slot order). Break ties by age with two sorts (by position, then a stable sort by total), "
+            "on the integer positions as given.")
+
+
 def _diagnose(case, args, got_pos, got_sc, exp_pos, exp_sc, rtol, atol, probe=None):
     """The failure to report: the slip the answer matches (positions and scores, else positions), or the plain diff.
 
@@ -288,17 +296,17 @@ def _diagnose(case, args, got_pos, got_sc, exp_pos, exp_sc, rtol, atol, probe=No
     scores, weights, positions, budget, recent = args
     total = dict(zip(positions.tolist(), (scores.float() + head_average(weights).sum(0)).tolist()))
     protected = {p for p in total if p > max(total) - recent}
+    big = int(positions.max()) >= 10**6
     if (got_pos != exp_pos and len(got_pos) == len(exp_pos) == len(set(got_pos)) and set(got_pos) <= set(total)
             and protected <= set(got_pos) and sorted(total[p] for p in got_pos) == sorted(total[p] for p in exp_pos)):
+        if big:
+            return fail(case, "chose other tokens than H2O among EQUAL totals, at positions in the millions (the ties "
+                        "at small positions before it were broken right).", hint=BIG_HINT, **shown)
         return fail(case, "kept as many tokens, with the same totals, as H2O, but chose other tokens among EQUAL "
                     "totals: ties must be broken by age (position), not by slot.", hint=TIES_HINT, **shown)
-    if got_pos != exp_pos and int(positions.max()) >= 10**6:
+    if got_pos != exp_pos and big:
         return fail(case, "kept other positions than H2O keeps, at positions in the millions (the cases with small "
-                    "positions before it passed).", expected=exp_pos, got=got_pos,
-                    hint="something mixes positions into the ranking: an 'epsilon' tie-break (total + eps * "
-                    "position) grows with the conversation until it outweighs real score differences, and "
-                    "positions.float() holds integers exactly only up to 2**24. Break ties by age with two sorts "
-                    "(by position, then a stable sort by total), on the int64 positions as given.")
+                    "positions before it passed).", expected=exp_pos, got=got_pos, hint=BIG_HINT)
     if got_pos != exp_pos:
         return fail(case, "kept other positions than H2O keeps.", expected=exp_pos, got=got_pos,
                     hint="total = scores + weights averaged over batch and heads, summed over queries; never evict "
@@ -441,7 +449,12 @@ def check_h2o_keep(fn) -> None:
         scores, weights, positions, budget, recent = _tie_case(rng, gen)
         _one(fn, f"random case with ties {i + 1}", scores, weights, positions, budget, recent,
              dev if i % 2 else "cpu")
+    for i in range(10):  # ties far into a conversation: broken by age there too
+        scores, weights, positions, budget, recent = _tie_case(*far, far=True)
+        _one(fn, f"random case with ties at positions near 2**31 {i + 1}", scores, weights, positions, budget,
+             recent, dev if i % 2 else "cpu")
     passed(f"{_name(fn)} accumulates and evicts as H2O does, like the library's H2OKVCache ({n} scripted cases, "
-           "a 40-step stream, a 16-step stream of ties, 60 random cases, 20 at positions up to 2**31 and 20 with ties: "
+           "a 40-step stream, a 16-step stream of ties, 60 random cases, 20 at positions up to 2**31, 20 with ties and 10 "
+           "with ties near 2**31: "
            "batch 1-3, 1-4 heads, chunks of 1-5 queries, keys in slot order, 4 dtypes, weights and positions not "
            "contiguous in some).")

@@ -386,3 +386,17 @@ def flattens_heads_with_view(scores, weights, positions, budget, recent):
     B, H, Q, K = weights.shape
     total = scores + weights.float().view(B * H, Q, K).mean(0).sum(0)
     return _choose(total, positions, budget, _outside_recent(positions, recent))
+
+
+@wrong("check_h2o_keep", "equal totals, at positions in the millions", "positions.float()")
+def ages_compared_in_float32(scores, weights, positions, budget, recent):
+    """Sorts by position in float32 first (positions.float(), 'to sort them with the scores'), then stable by
+    total: right until positions pass 2**24, where float32 merges neighbours and ties fall back to slot order."""
+    total = _total(scores, weights)
+    protected = positions > positions.max() - recent
+    order = torch.argsort(positions.float(), stable=True)
+    order = order[torch.argsort(total[order], stable=True)]
+    order = order[~protected[order]]
+    keep = torch.ones(len(positions), dtype=torch.bool, device=positions.device)
+    keep[order[: max(0, len(positions) - budget)]] = False
+    return positions[keep], total[keep]
