@@ -391,3 +391,18 @@ def test_int8_right_answer_that_flattens_with_reshape_passes(capsys):
     grading.check_int8_quantize(quantize, dequantize)
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("✅"), out
+
+
+@pytest.mark.parametrize("how", ["transposed", "sliced", "expanded", "strided"])
+def test_each_layout_keeps_the_numbers_and_is_not_contiguous(how):
+    """The checks' non-contiguous inputs: x.view(-1) must raise on each (else the layout tests nothing), and the
+    values must be x's (expanded: row 0's, so x is given equal rows here)."""
+    from swkv_teach.grading._layout import laid_out
+
+    x = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).view(2, 3, 4, 5)
+    if how == "expanded":
+        x = x[:1].repeat(2, 1, 1, 1)
+    y = laid_out(x, how)
+    assert torch.equal(y, x) and not y.is_contiguous()
+    with pytest.raises(RuntimeError):
+        y.view(-1)
