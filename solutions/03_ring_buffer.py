@@ -41,7 +41,9 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 #   buffer itself, the same memory every step (no `torch.cat`, no `.clone()`).
 # * `positions` (a property): a 1-D tensor of an **integer dtype** (`torch.long`, say) with the absolute
 #   position of each key `update` returned, in that order. Not floats (`window_mask` and the decoder's
-#   attention refuse them), not a Python list (the decoder calls `cache.positions.to(device)`).
+#   attention refuse them), not a Python list (the decoder calls `cache.positions.to(device)`). Keep any
+#   per-slot record of positions in an integer dtype too: `k_new.new_zeros(W)` takes the keys' dtype, and
+#   bfloat16 holds integers exactly only up to 256 (float32 up to 2**24).
 # * `ordered()`: a chronological **copy** `(k, v)` of what is stored, oldest first: new memory, not a view
 #   of your buffer (slicing or `permute` give views; `index_select` or `.clone()` copy), so the next update
 #   cannot change what the caller holds.

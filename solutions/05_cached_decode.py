@@ -43,7 +43,7 @@ from swkv_teach.model import Decoder, DecoderConfig
 # |---|---|
 # | `model.embed(input_ids)` | `x`, `(B, c, dim)` |
 # | `layer.attn_norm(x)`, `layer.mlp_norm(x)`, `model.norm(x)` | `(B, c, dim)`, each with its own weight |
-# | `layer.attn.qkv(h, positions)`, `positions` a 1-D **integer** tensor of the `c` absolute positions | `q` `(B, n_heads, c, head_dim)`, `k` and `v` `(B, n_kv_heads, c, head_dim)`, RoPE applied at `positions` |
+# | `layer.attn.qkv(h, positions)`, `positions` a 1-D **integer** tensor of the `c` absolute positions (float positions are refused, even where RoPE would give the same keys: float32 rounds positions past 2**24) | `q` `(B, n_heads, c, head_dim)`, `k` and `v` `(B, n_kv_heads, c, head_dim)`, RoPE applied at `positions` |
 # | `cache.seen` | tokens this cache has been given so far (an `int`) |
 # | `cache.update(k, v)` | `(k, v)` to attend over, each `(B, n_kv_heads, n, head_dim)`, `n` at most `W - 1 + c` |
 # | `cache.positions`, read **after** `update` | `(n,)` long: the absolute position of each key `update` just returned, in its order |

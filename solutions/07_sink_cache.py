@@ -41,7 +41,8 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 #   `window_size` positions, nothing else, and `update` returns their keys and values as a tuple `(k, v)`;
 # * `positions` (a property): a 1-D tensor of an **integer dtype** (`torch.long`, say) with the absolute
 #   position of each key `update` returned, in the order returned (not floats, not a Python list: the
-#   decoder's mask and `cache.positions.to(device)` need an integer tensor).
+#   decoder's mask and `cache.positions.to(device)` need an integer tensor). Keep them in an integer dtype
+#   throughout: `k_new.new_tensor(...)` takes the keys' dtype, and bfloat16 holds integers exactly only up to 256.
 #
 # Any order is accepted, as long as `positions` says which key is which (a chronological `torch.cat` cache,
 # newest first, a ring with pinned slots, or separate sink and window tensors all pass). Example,

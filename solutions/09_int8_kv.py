@@ -31,7 +31,9 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 #
 # **Difficulty:** ★☆☆ (1/3) · **Time:** about 15 min · **Points:** 2
 #
-# * `quantize(x)`: `x` is `(batch, heads, tokens, head_dim)`, any floating dtype. For each token and head
+# * `quantize(x)`: `x` is `(batch, heads, tokens, head_dim)`, any floating dtype, and not necessarily
+#   contiguous (a model's keys are `proj(h).view(B, T, H, D).transpose(1, 2)`: use `reshape`, not `view`, if
+#   you flatten; `dequantize` gets such `q` and `scale` too). For each token and head
 #   (each row along `head_dim`): `scale = max |x| / 127`, `q = round(x / scale)`, **computed in float32**
 #   (`x.float()` first: in float16 or bfloat16 the division itself rounds, and float16 cannot even hold the
 #   scale of a quiet token). Return `q` as `torch.int8` (same shape as `x`) and `scale` as `torch.float32`,

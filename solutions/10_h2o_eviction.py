@@ -62,8 +62,10 @@ print("their scores:  ", [round(x, 3) for x in cache.scores().tolist()])
 # * `weights` `(batch, q_heads, queries, keys)`: this step's attention over the same keys (any float dtype;
 #   compute in float32 or float64). Entries the causal mask hid are 0.
 # * `positions` `(keys,)`: the keys' absolute positions, an integer tensor (`int64`, as the library's caches give
-#   them), in slot order (not sorted). The newest is `positions.max()`. Return the kept positions themselves
-#   (not their indices) as integers; only the scores are float.
+#   them), in slot order (not sorted), and as large as a long conversation makes them (millions and more: a
+#   tie-break that adds `eps * position` to a score outgrows real score differences). The newest is
+#   `positions.max()`. Return the kept positions themselves (not their indices) as integers; only the scores
+#   are float. No input is necessarily contiguous.
 # * New scores: `scores + weights averaged over batch and heads, summed over queries`.
 # * Never evict the `recent` newest positions. If more than `budget` keys remain, evict the lowest new scores,
 #   the **oldest** first among equal scores, until `budget` remain (`0 <= recent <= budget`). Oldest means the

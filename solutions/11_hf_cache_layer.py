@@ -44,7 +44,8 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the check feeds your 
 # * `get_seq_length()`: tokens **seen**, `n`, not tokens stored. The model takes the new tokens' positions
 #   (RoPE) and the mask's query offset from it.
 # * `get_mask_sizes(q) -> (kv_length, kv_offset)`, called **before** `update` (only for the first sliding layer,
-#   and possibly more than once, so it must only read): the keys `update` will return hold positions
+#   and possibly more than once, so it must only read, and `update` must not rely on it having been called:
+#   the other layers' updates come without it): the keys `update` will return hold positions
 #   `kv_offset, kv_offset + 1, ..., kv_offset + kv_length - 1`. Return what transformers' own
 #   `DynamicSlidingWindowLayer.get_mask_sizes` returns (5.24 `cache_utils.py` line 261): the stored keys the
 #   first new query (position `n`) can see, `j > n - W`, then the `q` new ones:
@@ -68,11 +69,12 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the check feeds your 
 # `RingLayer(W)` for each sliding layer, transformers' `DynamicLayer()` for each **full-attention** layer. Read
 # the (text) config with `model.config.get_text_config(decoder=True)`: `W = config.sliding_window`;
 # `config.layer_types` lists `"sliding_attention"` / `"full_attention"` per layer (Gemma 2 and 3); Mistral's
-# config has no `layer_types` (every layer slides).
+# config has no `layer_types` (every layer slides: `config.num_hidden_layers` of them, any number).
 #
 # The check feeds your layer directly (windows 1 to 8; chunks of 1, 2, 5, `W - 1` and `W + 3` tokens, before
 # and long after the window filled; batch 1 and 2; float32/float64/float16/bfloat16; several layers alive at
-# once; memory held to the window), then runs tiny Mistral, Gemma 2 and Gemma 3 models with your `ring_cache`:
+# once; updates with no `get_mask_sizes` before them; memory held to the window), then runs tiny Mistral (1, 2, 3
+# and 5 layers), Gemma 2 and Gemma 3 models with your `ring_cache`:
 # every chunk's logits, and every step of greedy `generate`, within 1e-4 of one forward without a cache. Padding, beam search and
 # `torch.compile` are out of scope.
 #

@@ -374,3 +374,35 @@ def test_the_line_shown_is_the_learners_call_not_a_line_inside_an_installed_pack
     except Exception as e:  # noqa: BLE001 - any error nbformat raises will do
         where = _where(e)
     assert "nbformat.reads(" in where, where
+
+
+def test_int8_right_answer_that_flattens_with_reshape_passes(capsys):
+    """One absmax per row of x.reshape(-1, D): reshape copies a transposed or sliced x where view would raise, so
+    the check's non-contiguous inputs must not reject it."""
+    def quantize(x):
+        rows = x.reshape(-1, x.shape[-1]).float()
+        scale = (rows.abs().amax(dim=-1, keepdim=True) / 127).reshape(*x.shape[:-1], 1)
+        safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+        return torch.round(x.float() / safe).clamp(-127, 127).to(torch.int8), scale
+
+    def dequantize(q, scale, dtype):
+        return (q.reshape(-1, q.shape[-1]).float() * scale.reshape(-1, 1)).reshape(q.shape).to(dtype)
+
+    grading.check_int8_quantize(quantize, dequantize)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("✅"), out
+
+
+@pytest.mark.parametrize("how", ["transposed", "sliced", "expanded", "strided"])
+def test_each_layout_keeps_the_numbers_and_is_not_contiguous(how):
+    """The checks' non-contiguous inputs: x.view(-1) must raise on each (else the layout tests nothing), and the
+    values must be x's (expanded: row 0's, so x is given equal rows here)."""
+    from swkv_teach.grading._layout import laid_out
+
+    x = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).view(2, 3, 4, 5)
+    if how == "expanded":
+        x = x[:1].repeat(2, 1, 1, 1)
+    y = laid_out(x, how)
+    assert torch.equal(y, x) and not y.is_contiguous()
+    with pytest.raises(RuntimeError):
+        y.view(-1)

@@ -217,7 +217,8 @@ def test_a_crash_in_a_probe_does_not_hide_the_failure():
 
 # ------------------------------------------------------------------ small and clean
 def test_the_check_calls_the_answer_a_bounded_number_of_times():
-    """Under 5 s on a CPU comes from the size of the work: about 250 tiny masks, each up to 12 x 28."""
+    """Under 5 s on a CPU comes from the size of the work: about 250 tiny masks, each up to 12 x 28, a quarter of
+    them asked again with strided (not contiguous) positions."""
     calls = []
 
     def counting(q_positions, k_positions, window_size):
@@ -225,7 +226,8 @@ def test_the_check_calls_the_answer_a_bounded_number_of_times():
         return window_mask(q_positions, k_positions, window_size)
 
     check_chunk_mask(counting)
-    assert len(calls) == len(cases()) <= 300 and max(calls) <= 12 * 28
+    n = len(cases())
+    assert n < len(calls) <= n + n // 4 and n <= 300 and max(calls) <= 12 * 28
 
 
 def test_the_check_leaves_the_global_random_state_alone():

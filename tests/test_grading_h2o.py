@@ -102,7 +102,23 @@ def own_h2o_keep(scores, weights, positions, budget, recent):
     return positions[keep], total[keep]
 
 
-@pytest.mark.parametrize("answer", [own_h2o_keep, loops_and_lists, topk_on_the_old, sort_by_score_then_position])
+def flat_heads_int32_positions(scores, weights, positions, budget, recent):
+    """Batch and heads flattened with reshape (a copy where the weights are not contiguous), positions handed back
+    as int32 (the check's largest positions stay below 2**31), ties broken by a lexsort of two argsorts."""
+    B, H, Q, K = weights.shape
+    total = scores.float() + weights.reshape(B * H, Q, K).double().mean(0).sum(0).float()
+    pos = positions.to(torch.int32)
+    protected = pos > pos.max() - recent
+    order = torch.argsort(pos)
+    order = order[torch.argsort(total[order], stable=True)]
+    order = order[~protected[order]]
+    keep = torch.ones(len(pos), dtype=torch.bool, device=pos.device)
+    keep[order[: max(0, len(pos) - budget)]] = False
+    return pos[keep], total[keep]
+
+
+@pytest.mark.parametrize("answer", [own_h2o_keep, loops_and_lists, topk_on_the_old, sort_by_score_then_position,
+                                    flat_heads_int32_positions])
 def test_right_answers_written_differently_pass(answer, capsys):
     passes(answer, capsys)
 

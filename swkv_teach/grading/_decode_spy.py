@@ -94,7 +94,8 @@ class Spy:
             out = qkv(x, positions, *args, **kwargs)
             k, v = (out[1], out[2]) if isinstance(out, tuple) and len(out) == 3 else (None, None)
             self.log(L, "qkv", positions=t.flatten().tolist(), integer=not (t.is_floating_point() or t.is_complex()),
-                     k=k, v=v, batch=int(x.shape[0]) if isinstance(x, torch.Tensor) and x.dim() else 1)
+                     dtype=str(t.dtype).replace("torch.", ""), k=k, v=v,
+                     batch=int(x.shape[0]) if isinstance(x, torch.Tensor) and x.dim() else 1)
             return out
 
         return spy_qkv

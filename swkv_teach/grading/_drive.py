@@ -11,8 +11,12 @@ live instances (two of them with the same window) are updated in turn
 (:func:`interleave`): a cache whose state lives on its class, or in a memo keyed on
 the window, passes alone and fails there.
 
-A cache with a ``positions`` property (rings, sinks) must report none before its first update:
-a new cache holds no token. Also checked at every step: the caller's tensors are never written to, and the
+Two runs feed tokens that are not contiguous (sliced from a fused projection, expanded over the
+batch), as a model's keys are. A cache with a ``positions`` property (rings, sinks) must report none
+before its first update: a new cache holds no token; and it must not keep them in a float tensor
+narrower than float64 (:func:`float_positions`: ``k_new.new_zeros(W)`` takes the keys' dtype, exact
+only to 256 in bfloat16), which a 300-token bfloat16 run also shows where no such tensor is kept.
+Also checked at every step: the caller's tensors are never written to, and the
 cache keeps at most ``capacity`` tokens of keys and values, counted over
 everything the object keeps alive (:mod:`._retained`), and nothing it holds
 grows once the window is full.
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
+from swkv_teach.grading._layout import LAYOUTS, laid_out
 from swkv_teach.grading._report import ExerciseFailed, call, fail, rehint
 from swkv_teach.grading._report import learner_name as _name
 from swkv_teach.grading._own import library_inside
@@ -59,6 +64,7 @@ class Run:
     dtype: torch.dtype = F32
     zeros: bool | str = False  # True: odd tokens all zeros; "runs": runs of zero tokens longer than the window
     steps: int | None = None  # None: steps_for(capacity); more to reach positions past 127 (int8 positions wrap)
+    layout: str | None = None  # tokens not contiguous (see _layout.LAYOUTS): "sliced" or "expanded"
 
     def tokens(self) -> str:
         b, h, d = self.shape
@@ -67,7 +73,8 @@ class Run:
             zeros = ", zero tokens in runs longer than the window, the first token included"
         elif self.zeros:
             zeros = ", odd tokens all zeros"
-        return f"tokens (batch={b}, heads={h}, 1, head_dim={d}) {short(self.dtype)}{zeros}"
+        laid = f", each token {LAYOUTS[self.layout]} (not contiguous)" if self.layout else ""
+        return f"tokens (batch={b}, heads={h}, 1, head_dim={d}) {short(self.dtype)}{zeros}{laid}"
 
     def plain(self, **change) -> "Run":
         return Run(self.args, **{"shape": SHAPE0, "dtype": F32, "zeros": False, "steps": self.steps, **change})
@@ -149,7 +156,7 @@ def _bounded(case: str, cache, capacity: int, k_new: torch.Tensor):
     Counted in numbers held, so a cache may keep 16-bit tokens in float32.
     """
     r = retained(cache)
-    tokens = r.float_elements / k_new.numel()
+    tokens = r.float_elements / _token_elements(k_new)
     if tokens > 4 * capacity + 2:  # + 2: the seed's slice is a view of a W + 1 token cat
         raise fail(case, f"the cache holds {tokens:g} tokens' worth of keys and values (all it keeps alive); a window "
                    f"of {capacity} needs {2 * capacity} (keys and values), and more than twice that means it is "
@@ -157,6 +164,12 @@ def _bounded(case: str, cache, capacity: int, k_new: torch.Tensor):
                    hint="evict: the memory must stay flat however many tokens arrive. Returning the last W is "
                    "not enough if the cache still stores everything (in any attribute, list or dict).")
     return r
+
+
+def _token_elements(k_new: torch.Tensor) -> int:
+    """Numbers one token takes in memory: its own, or all of the storage it is a slice of (a cache may keep the
+    caller's sliced token itself, and with it the fused projection it came from)."""
+    return max(k_new.numel(), k_new.untyped_storage().nbytes() // k_new.element_size())
 
 
 def _biggest(r) -> str:
@@ -172,7 +185,7 @@ def _biggest(r) -> str:
 
 def _flat(case: str, before, after, k_new: torch.Tensor, first: int, last: int) -> None:
     """Nothing the cache keeps grows between step ``first`` and ``last``, both after the window filled."""
-    per_token = k_new.numel() * k_new.element_size()
+    per_token = _token_elements(k_new) * k_new.element_size()
     grew_items = after.items - before.items
     grew_bytes = after.all_bytes - before.all_bytes
     if grew_items > 2 or grew_bytes > 2 * per_token:
@@ -205,6 +218,70 @@ def _fresh(title: str, cache) -> None:
                    "so far; a preallocated buffer of zeros holds no token.")
 
 
+# The largest integer each float dtype holds exactly (every integer up to it; past it, neighbours merge).
+EXACT_UP_TO = {torch.bfloat16: 2**8, torch.float16: 2**11, torch.float32: 2**24}
+
+
+def _tensors(cache):
+    """``(path, tensor)`` for every tensor the cache keeps in an attribute, or one level down in a container."""
+    try:
+        attrs = dict(vars(cache))
+    except TypeError:
+        return
+    for name, value in attrs.items():
+        if isinstance(value, torch.Tensor):
+            yield f"self.{name}", value
+        elif isinstance(value, (list, tuple, deque)):
+            yield from ((f"self.{name}[{i}]", v) for i, v in enumerate(value) if isinstance(v, torch.Tensor))
+        elif isinstance(value, dict):
+            yield from ((f"self.{name}[{k!r}]", v) for k, v in value.items() if isinstance(v, torch.Tensor))
+
+
+def float_positions(case: str, cache, held: list) -> None:
+    """Positions kept in a float tensor narrower than float64 (``k_new.new_zeros(W)`` inherits the keys' dtype).
+
+    Judged once three distinct positions are held (so a 0/1 mask cannot look like them): a 1-D float tensor whose
+    values, all integers, include every position held is the cache's record of positions. float32 loses them past
+    2**24, which no run reaches, so the record itself is named; bfloat16 past 256 is also run (see the runs).
+    """
+    if len(set(held)) < 3:
+        return
+    for path, t in _tensors(cache):
+        if t.dtype not in EXACT_UP_TO or t.dim() != 1 or t.numel() > 4 * len(held) + 4:
+            continue
+        vals = t.detach().cpu().double()
+        if bool((vals == vals.round()).all()) and set(held) <= set(int(x) for x in vals.tolist()):
+            raise fail(case, f"your cache keeps its positions in {path}, a {short(t.dtype)} tensor: {short(t.dtype)} "
+                       f"holds integers exactly only up to {EXACT_UP_TO[t.dtype]:,}, so past that position "
+                       "neighbouring "
+                       "positions merge and the mask shows a key at the wrong position (a long conversation gets "
+                       "there).", hint=POSITIONS_DTYPE_HINT)
+
+
+def labelled(s: "Step") -> bool:
+    """Whether the tokens fed so far read back as their labels (:func:`._tokens.labels`): every label ``p + 1`` is
+    held exactly by the dtype, and below ``STREAM`` (where a label would read as another instance's token)."""
+    newest = s.base + s.p + 1
+    return s.p + 1 < STREAM and newest <= EXACT_UP_TO.get(s.k_new.dtype, 2**53)
+
+
+def rounded_positions(got: list, exp: list, dtype: torch.dtype) -> str | None:
+    """The message when ``got`` is ``exp`` rounded to the keys' ``dtype`` (positions stored in it); else None."""
+    if dtype not in EXACT_UP_TO or got == exp or len(got) != len(exp):
+        return None
+    if torch.tensor(exp, dtype=torch.float64).to(dtype).long().tolist() != got:
+        return None
+    return (f"positions {got} are the right ones rounded to {short(dtype)}, the keys' dtype: your cache stores "
+            f"positions in a {short(dtype)} tensor, which holds integers exactly only up to "
+            f"{EXACT_UP_TO[dtype]:,}. " + POSITIONS_DTYPE_HINT)
+
+
+POSITIONS_DTYPE_HINT = ("positions are integers: keep them in torch.long, torch.zeros(W, dtype=torch.long, "
+                        "device=k_new.device) or torch.tensor(..., dtype=torch.long). k_new.new_zeros(W), "
+                        "k_new.new_tensor(...) and torch.zeros_like(k_new) take the keys' dtype (float32, float16, "
+                        "bfloat16), and .long() on the way out cannot bring back a position already rounded.")
+
+
 def drive(judge: Judge, run: Run, dev, base: int = 0, cache=None, label: str = ""):
     """Yield once per step, after the judge has seen it (a generator, so runs can be interleaved).
 
@@ -226,16 +303,22 @@ def drive(judge: Judge, run: Run, dev, base: int = 0, cache=None, label: str = "
         zero = zero_token(run.zeros, p, cap)
         case = f"{title}, {run.tokens()}, step {p + 1} (tokens 0..{p} fed so far)"
         k_new, v_new = token(p, run.dtype, dev, run.shape, base, zero)
+        if run.layout:
+            k_new, v_new = laid_out(k_new, run.layout), laid_out(v_new, run.layout)
         inputs.add(p, k_new, v_new)
         k, v = unpack_kv(case, call(case, "update()", cache.update, k_new, v_new))
-        inputs.check_untouched(case)  # first: a k_new changed in place (squeeze_) must not be judged as the input
-        ek, ev = judge.oracle.update(*token(p, run.dtype, dev, run.shape, base, zero))
+        # the recent tokens at every step, all of them every 32 steps and at the end (a long run is O(n^2) else)
+        recent = None if p % 32 == 31 or p + 1 == n else 4 * cap + 8
+        inputs.check_untouched(case, recent)  # first: a k_new changed in place (squeeze_) must not be judged
+        ek, ev = judge.oracle.update(k_new.clone(), v_new.clone())  # unchanged (checked): the same numbers
         check_kind(case, k, v, k_new)
         if p == 0 and library_inside(cache):
             raise fail(case, f"{library_inside(cache)}: the check compares with that very class, so it shows "
                        "nothing about your code.", hint="store and evict the keys and values yourself.")
         judge.step(Step(p, case, k_new, k, v, ek, ev, base, run.zeros, cache))
-        inputs.check_untouched(case)
+        if judge.fresh_positions:
+            float_positions(case, cache, judge.oracle.positions.tolist())
+        inputs.check_untouched(case, recent)
         r = _bounded(case, cache, cap, k_new)
         if p + 1 == first:
             snap = r
@@ -313,10 +396,22 @@ def isolate(e: ExerciseFailed, judge_cls, cls, run: Run, dev, snapshot=None) -> 
         found.append(f"with tokens of shape ({b}, {h}, 1, {d}) it fails, with (2, 3, 1, 4) it passes: something "
                      "assumes a shape. squeeze() drops batch 1 or a single head; a buffer must be "
                      "(batch, heads, W, head_dim) taken from k_new.shape, and a token is written with [:, :, slot].")
-    if run.dtype != F32 and not _passes(judge_cls, cls, run.plain(dtype=run.dtype), dev):
+    long = run.dtype in EXACT_UP_TO and (run.steps or 0) > EXACT_UP_TO[run.dtype]
+    if long and _passes(judge_cls, cls, run.plain(dtype=run.dtype, steps=None), dev):
+        limit = EXACT_UP_TO[run.dtype]
+        found.append(f"short {short(run.dtype)} runs pass and this one fails past position {limit}: something counts "
+                     f"or records positions in the keys' dtype, and {short(run.dtype)} holds integers exactly only up "
+                     f"to {limit} (a counter made with k_new.new_zeros(()), a position with k_new.new_tensor(p)). "
+                     "Count tokens with a Python int and keep positions in torch.long.")
+    elif run.dtype != F32 and not _passes(judge_cls, cls, run.plain(dtype=run.dtype), dev):
         found.append(f"with {short(run.dtype)} tokens it fails, with float32 it passes: keep k_new's dtype "
                      "throughout. torch.empty(0) and torch.zeros(...) default to float32 (use dtype=k_new.dtype or "
                      "k_new.new_zeros), .float() converts, and numpy has no bfloat16.")
+    if run.layout and not _passes(judge_cls, cls, run.plain(shape=run.shape, layout=run.layout), dev):
+        found.append(f"with tokens {LAYOUTS[run.layout]}, it fails; with the same numbers in contiguous memory it "
+                     "passes: a model's keys are rarely contiguous (a slice of a fused projection, a transposed or "
+                     "expanded view). .view() needs contiguous memory: use .reshape(), or keep the 4-D layout and "
+                     "index with [:, :, slot].")
     if run.zeros and not _passes(judge_cls, cls, run.plain(zeros=run.zeros), dev):
         found.append("when some keys and values are all zeros it fails: zero is a legitimate key; never find "
                      "empty slots by looking for zeros, count the tokens written instead.")

@@ -73,6 +73,19 @@ def _mixed_key(scores, positions, protected):
     return order[~protected[order]]
 
 
+def _eps_key(scores, positions, protected):
+    order = torch.argsort(scores.double() + 1e-7 * positions.double(), stable=True)
+    return order[~protected[order]]
+
+
+def _last_k(total, positions, budget, recent):
+    """Keep the k = budget - (recent kept) best candidates with ``cands[-k:]``: with k = 0 that is every one."""
+    protected = recent_mask(positions, recent)
+    if len(positions) > budget and budget - int(protected.sum()) == 0:
+        return keep_after(total, positions, budget, protected, n_drop=0)
+    return keep_after(total, positions, budget, protected)
+
+
 def _in_weights_dtype(s, w):
     """The total computed in the weights' own dtype (bfloat16/float16), then widened."""
     return (s.to(w.dtype) + w.mean(dim=(0, 1)).sum(0)).float()
@@ -88,6 +101,10 @@ TIES_HINT = ("ties must be broken by age (position), not by slot: the keys come 
              "(or sort by the pair (score, position)).")
 
 SLIPS = [  # (name, hint, answer(scores, weights, positions, budget, recent))
+    ("kept every candidate when none may stay (cands[-k:] with k = 0)",
+     "with budget == recent no heavy hitter stays: k = budget - recent is 0, and cands[-k:] is then cands[-0:] = "
+     "cands[0:], every candidate. Slice from the front, cands[len(cands) - k:], or evict cands[:len(cands) - k].",
+     lambda s, w, p, b, r: _last_k(s + avg(w).sum(0), p, b, r)),
     ("evicted the most-attended token",
      "H2O keeps the heavy hitters: evict the tokens with the LOWEST accumulated score (argsort ascending, or "
      "topk(..., largest=False)), not the highest.",
@@ -194,6 +211,11 @@ SLIPS = [  # (name, hint, answer(scores, weights, positions, budget, recent))
      "(positions grow without end). Break ties by age with two sorts: by position first, then a stable sort by "
      "score.",
      lambda s, w, p, b, r: keep_after(s + avg(w).sum(0), p, b, recent_mask(p, r), _mixed_key)),
+    ("broke ties with total + a small multiple of the position (an 'epsilon' tie-break)",
+     "eps * position grows with the conversation: at position 5,000,000, 1e-7 * position is 0.5, more than real "
+     "differences between scores, so a newer token with a lower score outranks an older one. Break ties by age "
+     "with two sorts: by position first, then a stable sort by score (or sort by the pair (score, position)).",
+     lambda s, w, p, b, r: keep_after(s + avg(w).sum(0), p, b, recent_mask(p, r), _eps_key)),
     ("evicted only one token",
      "a chunk can put the cache over budget by more than one: evict len(positions) - budget tokens.",
      lambda s, w, p, b, r: keep_after(s + avg(w).sum(0), p, b, recent_mask(p, r), n_drop=min(1, max(0, len(p) - b)))),

@@ -38,14 +38,17 @@ DIMS = dict(vocab_size=61, hidden_size=32, intermediate_size=64, num_attention_h
             pad_token_id=None, attn_implementation="eager")  # eager: the mask is built in full, from get_mask_sizes
 
 
-def build(tf, family: str, W: int):
-    """A tiny random model on the CPU, seeded without touching the caller's random state."""
+def build(tf, family: str, W: int, layers: int = 2):
+    """A tiny random model on the CPU, seeded without touching the caller's random state.
+
+    ``layers``: Mistral's and Gemma 2's layer count (a ring_cache that hard-codes two layers shows with 1, 3, 5).
+    """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(W)
         if family == "Mistral":
-            model = tf.MistralForCausalLM(tf.MistralConfig(**DIMS, num_hidden_layers=2, sliding_window=W))
-        elif family == "Gemma 2":  # sliding, full
-            model = tf.Gemma2ForCausalLM(tf.Gemma2Config(**DIMS, num_hidden_layers=2, sliding_window=W))
+            model = tf.MistralForCausalLM(tf.MistralConfig(**DIMS, num_hidden_layers=layers, sliding_window=W))
+        elif family == "Gemma 2":  # sliding and full in turn (sliding, full, sliding for 3)
+            model = tf.Gemma2ForCausalLM(tf.Gemma2Config(**DIMS, num_hidden_layers=layers, sliding_window=W))
         else:  # Gemma 3: sliding, sliding, full (not a plain alternation)
             types = ["sliding_attention", "sliding_attention", "full_attention"]
             text = tf.Gemma3TextConfig(**DIMS, num_hidden_layers=3, sliding_window=W, layer_types=types)
@@ -93,7 +96,9 @@ def cache_of(tf, cls, ring_cache, model, family: str, W: int):
     layers = list(getattr(cache, "layers", []))
     if len(layers) != len(types):
         raise fail(case, f"the cache has {len(layers)} layers; the model has {len(types)}.",
-                   hint="one layer per model layer (config.num_hidden_layers).")
+                   hint="one cache layer per model layer, however many the model has: is a layer count hard-coded? "
+                   "Without config.layer_types (Mistral) every layer slides: build config.num_hidden_layers of "
+                   "them, [RingLayer(W) for _ in range(config.num_hidden_layers)].")
     first = {}
     for i, layer in enumerate(layers):
         j = first.setdefault(id(layer), i)
@@ -118,9 +123,11 @@ def models(tf, cls, ring_cache) -> tuple[int, int]:
     from swkv_teach.hf_cache import cache_kwarg
 
     calls = gen_steps = 0
-    scenarios = [("Mistral", W) for W in (1, 2, 3, 5)] + [("Gemma 2", 3), ("Gemma 2", 1), ("Gemma 3", 2)]
-    for family, W in scenarios:
-        model = build(tf, family, W)
+    # (family, window, layers): 1, 3 and 5 layers beside 2, so no layer count can be assumed
+    scenarios = [("Mistral", 1, 1), ("Mistral", 2, 3), ("Mistral", 3, 2), ("Mistral", 5, 5), ("Gemma 2", 3, 3),
+                 ("Gemma 2", 1, 2), ("Gemma 3", 2, 3)]
+    for family, W, layers in scenarios:
+        model = build(tf, family, W, layers)
         kw = cache_kwarg(model)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(100 + W)

@@ -173,8 +173,9 @@ class Inputs:
     def add(self, p: int, k: torch.Tensor, v: torch.Tensor) -> None:
         self.fed.append((p, k, v, k.clone(), v.clone()))
 
-    def check_untouched(self, case: str) -> None:
-        for p, k, v, k0, v0 in self.fed:
+    def check_untouched(self, case: str, last: int | None = None) -> None:
+        """Every token fed is as it was (``last``: only the ``last`` most recent, the rest at a later full sweep)."""
+        for p, k, v, k0, v0 in (self.fed if last is None else self.fed[-last:]):
             for name, t, t0 in (("k_new", k, k0), ("v_new", v, v0)):
                 if t.shape != t0.shape:
                     raise fail(case, f"the {name} passed in for token {p} changed shape, from {tuple(t0.shape)} to "

@@ -5,7 +5,8 @@ of the same kind (the oracle), exactly, step by step, over the runs of
 :mod:`._drive`: windows 1, 2, 3, 4, 5, 8, runs of ``4W + 3`` tokens (so ``W - 1``,
 ``W``, ``W + 1`` and long after are crossed), token shapes with ``batch != heads``,
 one head, batch 1 and a distinct head_dim, float32/float64/float16/bfloat16, all-zero
-keys and values, then several live instances side by side; at every step the
+keys and values, tokens sliced and expanded (not contiguous), for the ring a 300-token bfloat16
+run (positions past 256), then several live instances side by side; at every step the
 caller's tensors stay untouched and the memory the cache keeps stays bounded.
 The hints below name the bug from the labels of the tokens returned
 (see :mod:`._tokens`), the most specific diagnosis first.
@@ -18,7 +19,8 @@ import torch
 from swkv_teach.caches import RingBufferKVCache, SlidingWindowKVCache
 from swkv_teach.device import device as pick_device
 from swkv_teach.grading._own import refuse_library
-from swkv_teach.grading._drive import BF16, F16, F64, SHAPE0, Judge, Run, Step, check_runs, interleave, make, pristine, shared_state
+from swkv_teach.grading._drive import (BF16, F16, F64, SHAPE0, Judge, Run, Step, check_runs, interleave, make, pristine,
+                                       labelled, rounded_positions, shared_state, short)
 from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint
 from swkv_teach.grading._report import learner_name as _name
 from swkv_teach.grading._tokens import (as_positions, check_kind, labels, read_positions, sort_labels, token, unpack_kv,
@@ -39,6 +41,8 @@ SLIDING_RUNS = (
     Run((1,), zeros="runs"),  # a zero first token, then windows of nothing but zeros
     Run((3,), (1, 2, 2), zeros="runs"),
     Run((2,), (1, 1, 2), steps=140),  # positions past 127, where int8 positions wrap
+    Run((3,), layout="sliced"),  # k_new = qkv[..., D:2 * D], as a fused projection gives it: not contiguous
+    Run((2,), (3, 2, 3), layout="expanded"),  # k_new = x[:1].expand(3, ...): one memory row for the whole batch
 )
 LIVE = ((2,), (5,), (3,), (3,))  # instances alive together, two with one window (a memo keyed on it)
 
@@ -239,12 +243,18 @@ def check_sliding_window_cache(cls) -> None:
     interleave(SlidingJudge, cls, LIVE, dev)
     passed(f"{_name(cls)} keeps exactly the last W tokens, like the library's SlidingWindowKVCache "
            f"(W = {_shown(SLIDING_RUNS)}; runs of 4W + 3 tokens and one of 140; "
-           f"{len({r.shape for r in SLIDING_RUNS})} token shapes; float32/64, float16, bfloat16; zero tokens, alone and in "
-           "runs; 4 live instances; bounded memory).")
+           f"{len({r.shape for r in SLIDING_RUNS})} token shapes, sliced and expanded too; float32/64, float16, "
+           "bfloat16; "
+           "zero tokens, alone and in runs; 4 live instances; bounded memory).")
 
 
 # ---------------------------------------------------------------- ring
-RING_RUNS = SLIDING_RUNS
+# A long conversation in bfloat16: a position record kept in the keys' dtype rounds past 256 (float16's past
+# 2048 and float32's past 2**24 are named from the record itself, see _drive.float_positions). Tokens this far
+# are not labelled exactly (a label is the key's value): the ring is judged against the library's ring tensor
+# for tensor, and its positions as integers.
+LONG_HALF = (Run((2,), (1, 1, 2), BF16, steps=300),)
+RING_RUNS = SLIDING_RUNS + LONG_HALF
 
 
 class _Slot(str):
@@ -311,6 +321,12 @@ class RingJudge(Judge):
     def step(self, s: Step) -> None:
         W = self.args[0]
         if not torch.equal(s.k, s.ek):
+            if not labelled(s):
+                raise fail(s.case, f"update() returned other keys than the library's ring after {s.p + 1} "
+                           f"{short(s.k_new.dtype)} tokens (this far, a key's value cannot name its token exactly; "
+                           "every shorter run passed).", hint="token p belongs in slot p % window_size, whatever "
+                           "the dtype and however long the run: count tokens with a Python int, never in a tensor "
+                           "of the keys' dtype.", generic=True)
             got, exp = labels(s.k, base=s.base), labels(s.ek, base=s.base)
             hint, generic = _ring_hint(got, exp, s.p + 1, W, s.zeros) if got != exp else (
                 "the right tokens, but their numbers changed: " + _changed_hint(s.k, s.ek), False)
@@ -333,6 +349,8 @@ class RingJudge(Judge):
             if got_pos == sorted(exp_pos):
                 hint, generic = ("positions is chronological but your keys come in slot order: report them in slot "
                                  "order."), False
+            elif rounded_positions(got_pos, exp_pos, s.k_new.dtype):
+                hint, generic = rounded_positions(got_pos, exp_pos, s.k_new.dtype), False
             raise fail(s.case, "positions after this update:", expected=exp_pos, got=got_pos, hint=hint,
                        generic=generic)
         self._ordered(s)
@@ -395,8 +413,9 @@ def check_ring_buffer_cache(cls) -> None:
     check_runs(RingJudge, cls, RING_RUNS, dev, pristine(cls))
     interleave(RingJudge, cls, LIVE, dev)
     passed(f"{_name(cls)} matches the library's RingBufferKVCache slot for slot (W = {_shown(RING_RUNS)}; "
-           f"{len({r.shape for r in RING_RUNS})} token shapes; float32/64, float16, bfloat16; zero tokens, alone and "
-           "in runs; a run of 140 tokens; 4 live instances), with integer positions, "
+           f"{len({r.shape for r in RING_RUNS})} token shapes, sliced and expanded too; float32/64, float16, bfloat16; "
+           "zero tokens, alone and "
+           "in runs; runs of 140 and 300 (bfloat16) tokens; 4 live instances), with integer positions, "
            "ordered() as a copy, no allocation once full and bounded memory.")
 
 

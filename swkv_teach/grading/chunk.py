@@ -34,11 +34,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from swkv_teach.caches import RingBufferKVCache, SlidingWindowKVCache
 from swkv_teach.device import device as pick_device
 from swkv_teach.grading._own import is_own
-from swkv_teach.grading._report import call, fail, learner_name, passed
+from swkv_teach.grading._layout import LAYOUTS, laid_out, name_layout
+from swkv_teach.grading._report import ExerciseFailed, call, fail, learner_name, passed
 from swkv_teach.masks import allowed, window_mask
 
 __all__ = ["check_chunk_mask"]
@@ -341,11 +343,14 @@ def _aliases(case: Case, qd, kd) -> bool:
     return qd == kd and nq <= nk and torch.equal(case.q, case.k[nk - nq:])
 
 
-def _inputs(case: Case, qd, kd, dev, alias: bool):
-    """Fresh tensors for one call (the case's own must not be written to); q a view of k's tail if ``alias``."""
+def _inputs(case: Case, qd, kd, dev, alias: bool, strided: bool = False):
+    """Fresh tensors for one call (the case's own must not be written to); q a view of k's tail if ``alias``;
+    both every other entry of a longer tensor (not contiguous) if ``strided``."""
     # clone(): on the CPU, .to() of an int64 tensor returns the case's own tensor, which the answer may write to
     k = case.k.to(device=dev, dtype=kd).clone()
     q = k[len(k) - len(case.q):] if alias else case.q.to(device=dev, dtype=qd).clone()
+    if strided and not alias:
+        q, k = laid_out(q, "strided"), laid_out(k, "strided")
     return q, k
 
 
@@ -358,14 +363,65 @@ def _right_apart(fn, case: Case, qd, kd, dev, exp: torch.Tensor) -> bool:
     return isinstance(out, torch.Tensor) and out.dtype == torch.bool and torch.equal(out.detach().cpu(), exp)
 
 
-def _check_case(fn, name: str, case: Case, qd, kd, dev) -> None:
+class _WriteWatch(TorchFunctionMode):
+    """Records the first in-place torch operation (``sub_``, ``x[i] = ...``, ``+=``, ``out=``) on memory the
+    inputs own: one restored afterwards leaves the inputs unchanged at the end, yet moved them for a moment (and,
+    with q_positions a view of k_positions, moved the other one meanwhile)."""
+
+    NOT_WRITES = ("requires_grad_", "share_memory_", "retain_grad")
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, alias: bool):
+        super().__init__()
+        self.q, self.k, self.alias = q, k, alias
+        self.found = None
+
+    def _name(self, t: torch.Tensor) -> str | None:
+        """Which argument ``t`` writes into: the tensor itself, else one whose memory it shares."""
+        if t is self.k or (self.alias and t.untyped_storage().data_ptr() == self.k.untyped_storage().data_ptr()
+                           and t is not self.q):
+            return "k_positions (q_positions is a view of it)" if self.alias else "k_positions"
+        if t is self.q:
+            return "q_positions (a view of k_positions)" if self.alias else "q_positions"
+        for arg, x in (("k_positions", self.k), ("q_positions", self.q)):
+            if t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
+                return arg
+        return None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.found is None:
+            fname = getattr(func, "__name__", "")
+            inplace = (fname.endswith("_") and not fname.startswith("_") and fname not in self.NOT_WRITES) or fname in (
+                "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__iand__",
+                "__ior__")
+            targets = [args[0]] if inplace and args else []
+            targets += [t for t in (kwargs.get("out"),) if t is not None]
+            for t in targets:
+                arg = self._name(t) if isinstance(t, torch.Tensor) else None
+                if arg:
+                    self.found = (arg, fname)
+                    break
+        return func(*args, **kwargs)
+
+
+def _check_case(fn, name: str, case: Case, qd, kd, dev, strided: bool = False) -> None:
     head = _call_line(name, case, qd, kd, dev)
     alias = _aliases(case, qd, kd)
+    strided = strided and not alias
     if alias:
         head += f", q_positions being k_positions[-{len(case.q)}:] (a view, as after cache.update)"
-    q, k = _inputs(case, qd, kd, dev, alias)
+    if strided:
+        head += f", each {LAYOUTS['strided']} (not contiguous)"
+    q, k = _inputs(case, qd, kd, dev, alias, strided)
     q_before, k_before = q.clone(), k.clone()
-    got = call(head, f"{name}()", fn, q, k, case.W)
+    watch = _WriteWatch(q, k, alias)
+    try:
+        with watch:
+            got = call(head, f"{name}()", fn, q, k, case.W)
+    except ExerciseFailed as e:
+        if strided and " raised " in str(e):
+            raise name_layout(e, "q_positions (and k_positions)", "strided") from None
+        raise
     nq, nk = len(case.q), len(case.k)
     for arg, now, before in (("q_positions", q, q_before), ("k_positions", k, k_before)):
         if now.shape != before.shape or now.dtype != before.dtype or not torch.equal(now, before):
@@ -373,6 +429,14 @@ def _check_case(fn, name: str, case: Case, qd, kd, dev) -> None:
                        f"it is now {now.cpu().tolist()} (shape {tuple(now.shape)}).",
                        hint="the positions belong to the cache: use out-of-place operations "
                        "(unsqueeze, not unsqueeze_; sort() returns a new tensor), or work on a .clone().")
+    if watch.found is not None and torch.equal(q, q_before) and torch.equal(k, k_before):
+        arg, op = watch.found
+        raise fail(head, case.label, f"wrote into its argument {arg} in place ({op}) and put it back: unchanged at the "
+                   "end, but moved meanwhile. The statement says the inputs are never changed, even for a moment: "
+                   "after a cache's update q_positions is a view of k_positions (k_positions[-c:]), so writing into "
+                   "one moves the other while you compute, and the positions belong to the cache.",
+                   hint="use out-of-place operations: q_positions - window_size, not q_positions.sub_(window_size) "
+                   "(and no [...] =, +=, out= on the inputs); work on a .clone() if you must write.")
     if not isinstance(got, torch.Tensor):
         raise fail(head, case.label, f"returned {type(got).__name__}; expected a torch.Tensor of shape ({nq}, {nk}).",
                    hint="build the mask with torch operations on the two position tensors and return it.")
@@ -432,8 +496,10 @@ def check_chunk_mask(fn) -> None:
     for n, case in enumerate(todo):
         qd, kd = case.dtypes or DTYPES[n % len(DTYPES)]
         _check_case(fn, name, case, qd, kd, dev)
+        if n % 4 == 3:  # the same positions, every other entry of a longer tensor
+            _check_case(fn, name, case, qd, kd, dev, strided=True)
     chunks = sum(1 for c in todo if len(c.q) > 1)
     most = max(len(c.k) for c in todo)
     passed(f"{name} matches window_mask on all {len(todo)} cases ({chunks} multi-token chunks; windows 1..9; keys "
            f"from the sliding and ring caches, shuffled, with gaps, up to {most} keys; int32 and int64 positions "
-           f"up to {max(int(c.q.max()) for c in todo)}).")
+           f"up to {max(int(c.q.max()) for c in todo)}, a quarter of them strided as well).")

@@ -145,6 +145,24 @@ def _real_keys(case: str, spy, n_layers: int) -> None:
                    "to the model's parts and the caches):", hint=found)
 
 
+def _integer_positions(case: str, spy, n_layers: int) -> None:
+    """The positions given to ``attn.qkv`` are an integer tensor, as the statement's table asks.
+
+    The library's RoPE happens to rotate float positions as it does integers, so the logits cannot show this; the
+    rule holds because a float position is a rounded one past its dtype's exact range (float32: 2**24, bfloat16:
+    256), and ``attend``'s window mask refuses float positions outright.
+    """
+    for L in range(n_layers):
+        for info in spy.kinds(L, "qkv"):
+            if not info["integer"]:
+                raise fail(case, f"your logits are right here, but layer {L}'s attn.qkv was given positions of dtype "
+                           f"{info['dtype']}; the table asks for a 1-D integer tensor.",
+                           hint="float32 holds positions exactly only up to 2**24 (bfloat16 only to 256): past "
+                           "there neighbouring tokens would be rotated alike, and attend's window mask refuses "
+                           "float positions. Build them as integers: torch.arange(start, start + c, "
+                           "device=input_ids.device), int64 (no dtype=torch.float, no .float()).")
+
+
 def check_cached_decode(fn) -> None:
     """Exercise 05: ``fn(model, input_ids, caches)`` must give ``model.forward``'s logits, chunk by chunk."""
     dev = pick_device()
@@ -183,6 +201,7 @@ def check_cached_decode(fn) -> None:
                                hint=first_difference(spy, hidden), generic=True)
                 _through_caches(case, spy, c)  # right logits, but were they computed through the caches?
                 _real_keys(case, spy, len(model.layers))
+                _integer_positions(case, spy, len(model.layers))
             except ExerciseFailed as e:
                 if "raised _Forbidden" in str(e):
                     raise rehint(e, "the check refuses the library's finished answers and its oracle, on the model "
@@ -190,7 +209,7 @@ def check_cached_decode(fn) -> None:
                                  "cache.update, attn.attend, mlp_norm, mlp; then model.lm_head(model.norm(x))."
                                  ) from None
                 if "build the step from the parts" in str(e) or "was never updated in this call" in str(e) or \
-                        "not for the right reason" in str(e):
+                        "not for the right reason" in str(e) or "logits are right here" in str(e):
                     raise  # already names the bug
                 found = diagnose(spy, model, completed=returned)
                 if found:

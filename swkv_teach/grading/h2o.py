@@ -31,7 +31,8 @@ import torch
 from swkv_teach.caches.h2o import h2o_keep as _oracle
 from swkv_teach.caches.scored import head_average
 from swkv_teach.grading._h2o_slips import SLIPS, TIES_HINT, avg, keep_after, recent_mask, slot_order_on_ties
-from swkv_teach.grading._report import call, fail, passed, show, learner_name as _name
+from swkv_teach.grading._layout import LAYOUTS, laid_out, name_layout
+from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, show, learner_name as _name
 
 __all__ = ["check_h2o_keep"]
 
@@ -52,7 +53,8 @@ def _separated(scores, weights, positions, rel) -> bool:
     return len(total) < 2 or bool(((total[1:] - total[:-1]) > rel * total[1:].abs().clamp_min(1e-3)).all())
 
 
-def _random_case(rng: random.Random, gen: torch.Generator):
+def _random_case(rng: random.Random, gen: torch.Generator, far: bool = False):
+    """``far``: the keys sit in a long conversation (positions around 5e6, 1e9 or just under 2**31), not near 0."""
     while True:
         n = rng.randint(2, 24)
         queries = rng.randint(1, min(5, n))
@@ -60,7 +62,7 @@ def _random_case(rng: random.Random, gen: torch.Generator):
         recent = rng.randint(0, budget)
         batch, heads = rng.randint(1, 3), rng.randint(1, 4)
         dtype = rng.choice([torch.float32, torch.float64, torch.float16, torch.bfloat16])
-        start = rng.randint(0, 50)
+        start = rng.randint(0, 50) + (rng.choice([5_000_000, 10**9, 2**31 - 100]) if far else 0)
         positions = torch.randperm(n, generator=gen) + start  # slot order
         old = positions < start + n - queries
         scores = torch.where(old, torch.rand(n, generator=gen, dtype=torch.float64) * rng.choice([0.5, 3.0]), 0.0)
@@ -79,8 +81,9 @@ def _uniform_weights(batch, heads, queries, positions, dtype):
     return w.expand(batch, heads, queries, len(positions)).to(dtype).contiguous()
 
 
-def _tie_case(rng: random.Random, gen: torch.Generator):
-    """Equal totals at the eviction boundary, keys in slot order (a wrapped ring, or shuffled).
+def _tie_case(rng: random.Random, gen: torch.Generator, far: bool = False):
+    """Equal totals at the eviction boundary, keys in slot order (a wrapped ring, or shuffled); ``far``: at
+    positions just under 2**31, where float32 (spacing 128 there) merges neighbouring positions.
 
     Kept only when breaking the ties by slot gives another answer than by age; any other two totals are
     far apart, so a right answer in any precision keeps the same tokens.
@@ -92,7 +95,7 @@ def _tie_case(rng: random.Random, gen: torch.Generator):
         recent = rng.randint(0, min(budget, 3))
         batch, heads = rng.randint(1, 3), rng.randint(1, 4)
         dtype = rng.choice([torch.float32, torch.float64, torch.float16, torch.bfloat16])
-        start = rng.randint(0, 40)
+        start = rng.randint(0, 40) + (2**31 - 100 if far else 0)
         if rng.random() < 0.5:  # a ring after a wrap: [4, 5, 0, 1, 2, 3]
             positions = torch.roll(torch.arange(start, start + n), rng.randint(1, n - 1))
         else:
@@ -176,6 +179,17 @@ def _scripted():
     # late positions, close scores: a sort key mixing score and position (score * 1000 + pos * 1e-3) misranks
     cases.append(("old scores 0.300 and 0.299 at positions 3000 and 8000",
                   torch.tensor([0.9, 0.300, 0.299, 0.8, 0.7, 0.0]), torch.zeros(1, 1, 1, 6), torch.tensor([0, 3000, 8000, 8001, 8002, 8003]), 5, 1))
+    # budget == recent: every candidate goes (cands[-k:] with k = 0 keeps them all); positions far past len()
+    w = _weights(1, 2, 1, torch.arange(100, 106), g)
+    cases.append(("budget 2 == recent 2: no heavy hitter stays", torch.tensor([0.9, 0.3, 0.6, 0.2, 0.4, 0.0]), w,
+                  torch.tensor([103, 105, 100, 104, 101, 102]), 2, 2))
+    # a long conversation: positions in the millions and billions (int32 still holds them: an answer may hand
+    # int32 positions back), where eps * position outweighs a score
+    cases.append(("old scores 0.4 at position 0 and 0.1 at position 5,000,000, budget 1, recent 0",
+                  torch.tensor([0.4, 0.1]), torch.zeros(1, 1, 1, 2), torch.tensor([0, 5_000_000]), 1, 0))
+    cases.append(("old scores 0.25 at position 3 and 0.1 at position 2 * 10**9, budget 2, recent 1",
+                  torch.tensor([0.1, 0.25, 0.0]), torch.zeros(1, 2, 1, 3),
+                  torch.tensor([2 * 10**9, 3, 2 * 10**9 + 1]), 2, 1))
     # under budget: nothing evicted, still accumulated
     w = _weights(2, 3, 2, torch.arange(4), g)
     cases.append(("under budget (4 keys, budget 6)", torch.tensor([0.5, 0.25, 0.0, 0.0]), w, torch.arange(4), 6, 2))
@@ -253,6 +267,13 @@ def _confirmed(found, probe) -> list:
     return kept
 
 
+BIG_HINT = ("something loses the positions' order when they are large: an 'epsilon' tie-break (total + eps * "
+            "position) grows with the conversation until it outweighs real score differences, and positions.float() "
+            "holds integers exactly only up to 2**24 (near 2**31 its values are 128 apart, so every tie there "
+            "falls back to slot order). Break ties by age with two sorts (by position, then a stable sort by total), "
+            "on the integer positions as given.")
+
+
 def _diagnose(case, args, got_pos, got_sc, exp_pos, exp_sc, rtol, atol, probe=None):
     """The failure to report: the slip the answer matches (positions and scores, else positions), or the plain diff.
 
@@ -266,6 +287,8 @@ def _diagnose(case, args, got_pos, got_sc, exp_pos, exp_sc, rtol, atol, probe=No
                  if sp == got_pos and ((len(ss) == len(got_sc) and torch.allclose(ss, got_sc, rtol, atol))
                                        if full else sp != exp_pos)]
         found = _confirmed(found, probe) if full else found
+        if found and not full and int(args[2].max()) >= 10**6:
+            break  # far into a conversation, a match on positions alone is a coincidence: see below
         if found:  # on this case several slips may give the same answer: name them all
             names = "; or ".join(name for name, _ in found)
             hints = " / ".join(hint for _, hint in found[:2])
@@ -273,10 +296,17 @@ def _diagnose(case, args, got_pos, got_sc, exp_pos, exp_sc, rtol, atol, probe=No
     scores, weights, positions, budget, recent = args
     total = dict(zip(positions.tolist(), (scores.float() + head_average(weights).sum(0)).tolist()))
     protected = {p for p in total if p > max(total) - recent}
+    big = int(positions.max()) >= 10**6
     if (got_pos != exp_pos and len(got_pos) == len(exp_pos) == len(set(got_pos)) and set(got_pos) <= set(total)
             and protected <= set(got_pos) and sorted(total[p] for p in got_pos) == sorted(total[p] for p in exp_pos)):
+        if big:
+            return fail(case, "chose other tokens than H2O among EQUAL totals, at positions in the millions (the ties "
+                        "at small positions before it were broken right).", hint=BIG_HINT, **shown)
         return fail(case, "kept as many tokens, with the same totals, as H2O, but chose other tokens among EQUAL "
                     "totals: ties must be broken by age (position), not by slot.", hint=TIES_HINT, **shown)
+    if got_pos != exp_pos and big:
+        return fail(case, "kept other positions than H2O keeps, at positions in the millions (the cases with small "
+                    "positions before it passed).", expected=exp_pos, got=got_pos, hint=BIG_HINT)
     if got_pos != exp_pos:
         return fail(case, "kept other positions than H2O keeps.", expected=exp_pos, got=got_pos,
                     hint="total = scores + weights averaged over batch and heads, summed over queries; never evict "
@@ -294,15 +324,24 @@ def _diagnose(case, args, got_pos, got_sc, exp_pos, exp_sc, rtol, atol, probe=No
                 "(averaged over batch and heads, summed over queries), in float32.")
 
 
-def _one(fn, title, scores, weights, positions, budget, recent, device):
+def _one(fn, title, scores, weights, positions, budget, recent, device, laid: bool = False):
+    """One call; ``laid``: weights transposed in memory and positions strided, as views (not contiguous)."""
     args_cpu = (scores, weights, positions, budget, recent)
     exp_pos, exp_sc = _oracle(*args_cpu)
     exp_pos, exp_sc = exp_pos.tolist(), exp_sc.double()
     case = (f"{_name(fn)}(scores, weights, positions, budget={budget}, recent={recent}), {title}\n"
             f"   positions {positions.tolist()}, weights shape {tuple(weights.shape)} {str(weights.dtype)[6:]}")
     s_in, w_in, p_in = scores.to(device), weights.to(device), positions.to(device)
+    if laid:
+        w_in, p_in = laid_out(w_in, "transposed"), laid_out(p_in, "strided")
+        case += f"\n   weights {LAYOUTS['transposed']}, positions {LAYOUTS['strided']}: neither contiguous"
     copies = (s_in.clone(), w_in.clone(), p_in.clone())
-    got = call(case, f"{_name(fn)}(...)", fn, s_in, w_in, p_in, budget, recent)
+    try:
+        got = call(case, f"{_name(fn)}(...)", fn, s_in, w_in, p_in, budget, recent)
+    except ExerciseFailed as e:
+        if laid and " raised " in str(e):
+            raise name_layout(e, "weights (or positions)", "transposed") from None
+        raise
     for name, before, after in zip(("scores", "weights", "positions"), copies, (s_in, w_in, p_in)):
         if not torch.equal(before, after):
             raise fail(case, f"your function changed the `{name}` it was given (in place).",
@@ -398,10 +437,24 @@ def check_h2o_keep(fn) -> None:
     for i in range(60):
         scores, weights, positions, budget, recent = _random_case(rng, gen)
         _one(fn, f"random case {i + 1}", scores, weights, positions, budget, recent, dev if i % 2 else "cpu")
+        if i % 3 == 2 and weights.shape[1] > 1 and weights.shape[2] > 1:  # the same numbers, not contiguous
+            _one(fn, f"random case {i + 1}", scores, weights, positions, budget, recent, dev if i % 2 else "cpu",
+                 laid=True)
+    far = random.Random(13), torch.Generator().manual_seed(13)  # their own stream: the cases above stay as they were
+    for i in range(20):
+        scores, weights, positions, budget, recent = _random_case(*far, far=True)
+        _one(fn, f"random case far into a conversation {i + 1}", scores, weights, positions, budget, recent,
+             dev if i % 2 else "cpu")
     for i in range(20):
         scores, weights, positions, budget, recent = _tie_case(rng, gen)
         _one(fn, f"random case with ties {i + 1}", scores, weights, positions, budget, recent,
              dev if i % 2 else "cpu")
+    for i in range(10):  # ties far into a conversation: broken by age there too
+        scores, weights, positions, budget, recent = _tie_case(*far, far=True)
+        _one(fn, f"random case with ties at positions near 2**31 {i + 1}", scores, weights, positions, budget,
+             recent, dev if i % 2 else "cpu")
     passed(f"{_name(fn)} accumulates and evicts as H2O does, like the library's H2OKVCache ({n} scripted cases, "
-           "a 40-step stream, a 16-step stream of ties, 60 random cases and 20 with ties: batch 1-3, 1-4 heads, "
-           "chunks of 1-5 queries, keys in slot order, 4 dtypes).")
+           "a 40-step stream, a 16-step stream of ties, 60 random cases, 20 at positions up to 2**31, 20 with ties and 10 "
+           "with ties near 2**31: "
+           "batch 1-3, 1-4 heads, chunks of 1-5 queries, keys in slot order, 4 dtypes, weights and positions not "
+           "contiguous in some).")

@@ -14,11 +14,14 @@ Two parts, each with the messages it can give:
 1. **The layer alone** (:func:`_drive`), on the device the library picks: keys and values *labelled* by
    their position (and by batch row and head, so a mixed-up dim shows), fed in chunks of 1, 2, 5, W - 1,
    W + 3 tokens over at least ``8 W + 16`` tokens, windows 1 to 8, four dtypes, batch 1 and 2, prompts
-   shorter and longer than W. At every update: the seen count, the mask sizes (read twice, and they must
+   shorter and longer than W, some chunks transposed in memory as a model's projections give them. At
+   every update: the seen count, the mask sizes (read twice, and they must
    change nothing), the positions, order, dtype and device of the keys and values returned; at the end of
-   a run, the memory the object keeps (at most about the window). Then three layers alive at once.
+   a run, the memory the object keeps (at most about the window). Then three runs with no get_mask_sizes
+   before update (transformers asks the first sliding layer only), and three layers alive at once.
 2. **Inside transformers** (:mod:`._hf_models`): tiny random Mistral (every layer slides, windows 1, 2, 3,
-   5), Gemma 2 (a sliding layer, then a full one) and Gemma 3 (two sliding, one full) built on the CPU from
+   5 with 1, 3, 2 and 5 layers), Gemma 2 (sliding and full in turn, 2 and 3 layers) and Gemma 3 (two sliding,
+   one full) built on the CPU from
    a config; ``ring_cache(model)`` must give the learner's layer to sliding layers only; chunked
    ``model(...)`` calls (batch 2 with a prompt shorter than W, batch 1 with one longer) give each chunk's
    logits within 1e-4 of one forward of the whole sequence, and so does every step of greedy ``generate``
@@ -38,6 +41,7 @@ import torch
 from swkv_teach.device import device as pick_device
 from swkv_teach.grading._drive import _supports, in_turn
 from swkv_teach.grading._hf_models import ATOL, models, signature_hint
+from swkv_teach.grading._layout import LAYOUTS, laid_out, name_layout
 from swkv_teach.grading._own import is_own, library_inside
 from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, rehint, show
 from swkv_teach.grading._report import learner_name as _name
@@ -52,6 +56,8 @@ F32, F64, F16, BF16 = torch.float32, torch.float64, torch.float16, torch.bfloat1
 RUNS = [(W, W + 3, (2, 3, 4), F32) for W in (1, 2, 3, 5, 8)] + [
     (1, 1, (1, 1, 4), F32), (3, 2, (1, 1, 4), F32), (8, 5, (2, 3, 4), F32),
     (3, 2, (1, 2, 4), F64), (3, 5, (2, 2, 4), BF16), (4, 1, (2, 1, 6), F16)]
+# three of RUNS again, with no get_mask_sizes before update: what a model's second sliding layer gets
+UNASKED = [(1, 4, (2, 3, 4), F32), (3, 2, (1, 1, 4), F32), (5, 8, (2, 3, 4), F32)]
 INSTALL = 'this exercise runs your layer inside Hugging Face transformers (5.15 or newer), which is not installed here'
 INSTALL_HINT = ('install it with: pip install "transformers>=5.15" (on Colab it is preinstalled), then restart '
                 'the kernel.')
@@ -104,6 +110,12 @@ def _mask_hint(n: int, W: int, q: int, got: tuple, exp: tuple) -> str:
 
     if got == exp[::-1]:
         return "the two numbers are swapped: transformers unpacks kv_length, kv_offset = get_mask_sizes(q)."
+    if n > 0 and got == (q, n):
+        return (f"these describe the chunk alone (its {q} keys, from position {n}): but the chunk's first query "
+                f"(position {n}) also sees the stored keys j > n - W, the last min(n, W - 1) = {min(n, W - 1)}, "
+                "however "
+                "long the chunk (q >= W too): kv_length = min(n, W - 1) + q, kv_offset = max(n - W + 1, 0), and update "
+                "returns those stored keys in front of the chunk.")
     if got == mask_sizes(n + q, W, q) or got == (min(n + q, W), max(n + q - W, 0)):
         return ("these describe the window after the update (counted with the q new tokens), but get_mask_sizes "
                 "is asked BEFORE update: with n seen, the first new query (position n) sees stored keys j > n - W, "
@@ -121,30 +133,45 @@ def _mask_hint(n: int, W: int, q: int, got: tuple, exp: tuple) -> str:
 class _Ctx:
     """One layer being driven: its class, window, token shape/dtype/device, stream tag and title."""
 
-    def __init__(self, cls, W, shape, dtype, dev, stream=0, label=""):
+    def __init__(self, cls, W, shape, dtype, dev, stream=0, label="", ask=True):
         self.cls, self.W, self.shape, self.dtype, self.dev, self.stream = cls, W, shape, dtype, dev, stream
+        self.ask = ask
         B, H, D = shape
         self.title = (f"{_name(cls)}({W})" + (f" [layer {label}]" if label else "") +
                       f", keys (batch={B}, heads={H}, q, head_dim={D}) {str(dtype).replace('torch.', '')}")
 
 
 def _step(c: _Ctx, layer, n: int, q: int, before: int) -> None:
-    """One update of ``q`` tokens after ``n`` seen; ``before`` is the previous chunk's length (0: none)."""
+    """One update of ``q`` tokens after ``n`` seen; ``before`` is the previous chunk's length (0: none).
+
+    ``c.ask``: get_mask_sizes is asked before update (transformers asks the first sliding layer only).
+    """
     from swkv_teach.hf_cache import mask_sizes
 
     W = c.W
     case = f"{c.title}, update of {q} token{'s' if q > 1 else ''} (positions {n}..{n + q - 1}) after {n} seen"
+    if not c.ask:
+        case += ", with no get_mask_sizes call before it (as for every sliding layer after the first)"
     seen = call(case, "get_seq_length()", layer.get_seq_length)
     if seen != n:
         raise fail(case, "get_seq_length() before this update:", expected=n, got=seen, hint=_seen_hint(n, W, seen))
     exp = mask_sizes(n, W, q)
-    got = _read_sizes(case, layer, q, n)
+    got = _read_sizes(case, layer, q, n) if c.ask else exp
     if got != exp:
         raise fail(case, f"get_mask_sizes({q}) (asked before update, with n = {n} seen, W = {W}) gives "
                    "(kv_length, kv_offset):", expected=exp, got=got, hint=_mask_hint(n, W, q, got, exp))
     k_new, v_new = _label(range(n, n + q), c.shape, c.dtype, c.dev, c.stream)
+    laid = q > 1 and c.shape[1] > 1 and n % 2 == 1  # as a model's projections give them: (B, q, H, D) transposed
+    if laid:
+        k_new, v_new = laid_out(k_new, "transposed"), laid_out(v_new, "transposed")
+        case += f", key_states and value_states {LAYOUTS['transposed']} (not contiguous)"
     keep = (k_new.clone(), v_new.clone())
-    out = signature_hint(lambda: call(case, "update()", layer.update, k_new, v_new, kwargs={}))
+    try:
+        out = signature_hint(lambda: call(case, "update()", layer.update, k_new, v_new, kwargs={}))
+    except ExerciseFailed as e:
+        if laid and " raised " in str(e) and "TypeError" not in str(e):
+            raise name_layout(e, "key_states", "transposed") from None
+        raise
     if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
         raise fail(case, f"update() returned {show(out)}.", hint="return a tuple (keys, values) of two tensors.")
     k, v = out
@@ -291,6 +318,17 @@ def _layers(cls, dev) -> int:
         c = _Ctx(cls, W, shape, dtype, dev if _supports(str(dev), dtype) else torch.device("cpu"))  # MPS: no f64
         for _ in _drive(c, _new(c.title, cls, W), chunks):
             steps += 1
+    for W, first, shape, dtype in UNASKED:
+        c = _Ctx(cls, W, shape, dtype, dev, ask=False)
+        try:
+            for _ in _drive(c, _new(c.title, cls, W), chunks_for(W, first)):
+                steps += 1
+        except ExerciseFailed as e:
+            raise rehint(e, "update depends on get_mask_sizes having been called before it (a value it records, "
+                         "the offset or a length): transformers asks get_mask_sizes of the first sliding layer only "
+                         "(the mask is the same for every layer), so every other layer's update runs without it. "
+                         "The same run with get_mask_sizes asked before each update passed. Keep get_mask_sizes "
+                         "read-only and compute in update what it needs from self.seen and the window.") from None
     specs = [(3, 4), (5, 1), (3, 2)]  # (window, prompt); the third made after the others took 5 updates
     ctxs = [_Ctx(cls, W, (2, 3, 4), F32, dev, stream=i, label="ABC"[i]) for i, (W, _) in enumerate(specs)]
     gens = [_drive(c, _new(c.title, cls, c.W), chunks_for(c.W, f)) for c, (_, f) in zip(ctxs[:2], specs)]

@@ -32,7 +32,8 @@ from torch.overrides import TorchFunctionMode
 from swkv_teach.caches.int8 import QMAX, dequantize_int8, quantize_int8
 from swkv_teach.device import device as pick_device
 from swkv_teach.grading._own import is_own
-from swkv_teach.grading._report import call, fail, passed, show, learner_name as _name
+from swkv_teach.grading._layout import LAYOUTS, laid_out, name_layout
+from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, show, learner_name as _name
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 EPS = {torch.float32: 2.0**-24, torch.float64: 2.0**-53, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
@@ -188,8 +189,11 @@ class _CastWatch(TorchFunctionMode):
         return out
 
 
-def _check_quantize(quantize, x: torch.Tensor, title: str, qn: str):  # noqa: C901 (one check after another)
+def _check_quantize(quantize, x: torch.Tensor, title: str, qn: str,  # noqa: C901 (one check after another)
+                    layout: str | None = None):
     xd = x.to(pick_device(), copy=True)  # the learner's tensors live on the notebook's device
+    if layout:
+        xd = laid_out(xd, layout)
     with _CastWatch() as watch:
         got = call(title, f"{qn}(x)", quantize, xd)
     if watch.bad is not None and bool(torch.isfinite(x).all()):
@@ -268,10 +272,13 @@ def _check_quantize(quantize, x: torch.Tensor, title: str, qn: str):  # noqa: C9
     return q, scale, exp_q, exp_scale
 
 
-def _check_dequantize(dequantize, x, exp_q, exp_scale, title: str, dn: str):
+def _check_dequantize(dequantize, x, exp_q, exp_scale, title: str, dn: str, layout: str | None = None):
     dtype = x.dtype
     dev = pick_device()
-    got = call(title, f"{dn}(q, scale, {dtype})", dequantize, exp_q.to(dev), exp_scale.to(dev), dtype)
+    q_in, s_in = exp_q.to(dev, copy=True), exp_scale.to(dev, copy=True)
+    if layout:
+        q_in, s_in = laid_out(q_in, layout), laid_out(s_in, layout)
+    got = call(title, f"{dn}(q, scale, {dtype})", dequantize, q_in, s_in, dtype)
     if not isinstance(got, torch.Tensor):
         raise fail(title, f"{dn}(q, scale, dtype) returned {show(got)}; expected a tensor.")
     if got.dtype != dtype or tuple(got.shape) != tuple(x.shape):
@@ -296,6 +303,20 @@ def _check_dequantize(dequantize, x, exp_q, exp_scale, title: str, dn: str):
         else:
             hint = "x_hat = q * scale (q cast to float first), then .to(dtype)."
         raise fail(title, f"{dn} does not return q * scale.", expected=exp, got=got, hint=hint)
+
+
+def _layouts(quantize, dequantize, x: torch.Tensor, case: str, qn: str, dn: str) -> None:
+    """The same case with x (and then q and scale) not contiguous: transposed, sliced, expanded over the batch."""
+    for how, text in LAYOUTS.items():
+        xl = x[:1].expand(3, *x.shape[1:]).contiguous() if how == "expanded" else x
+        title = f"{case}, every input {text}"
+        try:
+            _, _, eq, es = _check_quantize(quantize, xl, title, qn, how)
+            _check_dequantize(dequantize, xl, eq, es, title, dn, how)
+        except ExerciseFailed as e:
+            if " raised " in str(e):
+                raise name_layout(e, "the input", how) from None
+            raise
 
 
 def check_int8_quantize(quantize, dequantize=None) -> None:
@@ -330,8 +351,11 @@ def check_int8_quantize(quantize, dequantize=None) -> None:
                        hint="q = round(x / scale) with scale = absmax / 127 per token and head keeps every "
                        "element within half a step.")
         n += 1
+        if x.dim() == 4 and x.shape[1] > 1 and x.shape[2] > 1:
+            _layouts(quantize, dequantize, x, case, qn, dn)
     passed(f"{qn} / {dn} quantise to int8 with one absmax / 127 scale per token and head, within half a step, "
-           f"on {n} cases (4 dtypes, head_dims 2-16, ties, zeros, magnitudes 1e-39..1e3, float16 subnormals).")
+           f"on {n} cases (4 dtypes, head_dims 2-16, ties, zeros, magnitudes 1e-39..1e3, float16 subnormals; inputs "
+           "transposed, sliced and expanded as a model makes them).")
 
 
 __all__ = ["check_int8_quantize"]

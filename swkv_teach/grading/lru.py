@@ -138,9 +138,16 @@ class _Script:
                            generic=True)
 
 
+def _pair_of_nones(got) -> bool:
+    """``(None, None)``: a miss written as an empty pair (nothing stored holds that pair in these checks)."""
+    return isinstance(got, (tuple, list)) and len(got) == 2 and got[0] is None and got[1] is None
+
+
 def _state_hint(exp, got) -> str:
     if swapped(got, exp):
         return "get returns (value, key): return the pair as stored, (key, value)."
+    if exp is None and _pair_of_nones(got):
+        return "a miss must return None itself, not (None, None): callers test `if cache.get(i) is None`."
     if exp is None:
         return "this id should have been evicted as the least recently used."
     if got is None:
@@ -156,6 +163,10 @@ def _get_hint(s: _Script, token_id, got, exp, hint_hit, hint_miss, hint) -> dict
     if exp is None and not (isinstance(got, (tuple, list)) and len(got) == 2):
         return {"hint": f"a miss must return None, not {show(got)} (no -1 or (None, None) sentinel as in some "
                         "LeetCode versions): callers test `if cache.get(i) is None`."}
+    if exp is None and _pair_of_nones(got):
+        return {"hint": f"a miss must return None itself, not {show(got)}: a pair of Nones is a (key, value) like "
+                        "any other to the caller, whose `if cache.get(i) is None` then reads a hit. Return None "
+                        "(`return self.cache.get(token_id)` does, or `return None` when the id is absent)."}
     if exp is None and token_id not in s.version:
         found = two_fresh(s.cls, (2,), lambda c, i: c.put(i, f"k{i}", f"v{i}"))
         return {"hint": "this cache was never given this id, yet it returned a value: state is shared between "
@@ -330,7 +341,7 @@ def check_lru_cache(cls) -> None:
         _scenarios(cls)
         _random(cls)
     except ExerciseFailed as e:
-        if "shared between instances" in str(e) or "sentinel" in str(e):
+        if "shared between instances" in str(e) or "sentinel" in str(e) or "pair of Nones" in str(e):
             raise
         raise _with_diagnosis(cls, e) from None
     _raises_for(cls, 0)

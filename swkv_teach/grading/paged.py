@@ -15,6 +15,11 @@ block sizes cross every alignment (``bs = 1``, ``bs > W``, ``bs = W``,
 return a block before it takes one), and three sequences of different lengths
 run interleaved on one pool, one of them reset and restarted.
 
+The block ``append()`` names must be the one its token went into: the block just taken when the token
+opens one, else the previous token's (the pool records what it hands out); a return of
+``block_table[0]`` (the oldest block) or of ``block_table[0]`` plus an offset (ids assumed consecutive,
+told apart from the logical block number on a pool whose ids come out scrambled) is named.
+
 A new instance holds nothing: right after construction it has taken no block from the pool and its
 ``block_table`` and ``positions`` are empty (a block reserved in ``__init__`` is named).
 ``block_table`` must be a new list (or a tuple) each time: the check appends to what it got
@@ -42,6 +47,17 @@ def _n(k: int, noun: str) -> str:
     return f"{k} {noun}{'s' * (k != 1)}"
 
 
+class _Pool(BlockPool):
+    """A BlockPool that remembers the last block it handed out: where a token that opens a block is written."""
+
+    last_taken: int | None = None
+
+    def take(self, *args, **kwargs) -> int:
+        block = super().take(*args, **kwargs)
+        self.last_taken = block
+        return block
+
+
 class _Seq:
     """One learner instance, its oracle, and what it has written where."""
 
@@ -56,6 +72,7 @@ class _Seq:
                        hint="take a block only when a token needs it (the first append opens block 0): a block "
                        "reserved in __init__ is one the pool cannot lend while this sequence may never use it.")
         self.resets = 0
+        self.block = None  # the block the last append() wrote into (judged right)
         inside = _library_inside(self.mine)
         if inside:
             raise fail(title, f"{inside}: the check compares with that very class, so it shows nothing about your "
@@ -116,7 +133,7 @@ class _Run:
     def __init__(self, cls, W: int, bs: int, n_seq: int, extra_blocks: int = 0):
         """``extra_blocks`` beyond what the windows need: room to see a late return as a long table, not a dry pool."""
         self.cls, self.W, self.bs = cls, W, bs
-        self.pool = BlockPool(n_seq * PagedKVCache.max_blocks(W, bs) + extra_blocks, bs)
+        self.pool = _Pool(n_seq * PagedKVCache.max_blocks(W, bs) + extra_blocks, bs)
         self.title = (f"{_name(cls)}(pool, window_size={W}) on BlockPool(num_blocks={self.pool.num_blocks}, "
                       f"block_size={bs})")
         names = ["seq"] if n_seq == 1 else [f"seq {c}" for c in "ABC"[:n_seq]]
@@ -146,6 +163,7 @@ class _Run:
         before = {o.name: (o.table(self.title), o.positions(self.title)) for o in self.seqs if o is not s}
         self.log.append(f"{s.name}.append()")
         case = self.case(s)
+        self.pool.last_taken = None
         try:
             got = call(case, f"{s.name}.append()", s.mine.append)
         except ExerciseFailed as e:
@@ -166,6 +184,7 @@ class _Run:
             hint = _offset_hint(self.cls) or f"token p sits at offset p % block_size = {p % bs} of its block."
             raise fail(case, f"append() put token {p} at offset {offset}.", expected=p % bs, got=offset,
                        what="offset", hint=hint)
+        self._check_block(s, case, block)
         if not self.pool.is_held(block):
             n = self.pool.num_blocks
             logical = (f" {block} is token {p}'s logical block number, p // block_size = {p} // {bs}: return the "
@@ -191,6 +210,31 @@ class _Run:
         s.check_copy(case)
         self._check_table(s, case)
         self._check_integrity(case)
+        s.block = block
+
+    def _check_block(self, s: _Seq, case: str, block: int) -> None:
+        """The block append() names must be the one token p went into: the block just taken when p opens a block,
+        else the block of the previous token. Named here only when the learner's own table shows the slip."""
+        p, bs = s.seen - 1, self.bs
+        expected = self.pool.last_taken if p % bs == 0 else s.block
+        if expected is None or block == expected:
+            return
+        table = s.table(case)
+        if not table or table[-1] != expected:
+            return  # the table itself is off: _check_table names it
+        if len(table) > 1 and block == table[0]:
+            raise fail(case, f"append() says token {p} went into block {block}, block_table[0]: the OLDEST block of "
+                       f"the window. Token {p} is written into the newest block, {expected} (block_table[-1]), the one "
+                       f"taken when token {p - p % bs} opened it.",
+                       hint="return self.block_table[-1], p % block_size: the new token always goes into the last "
+                       "block taken; block_table[0] holds the window's oldest tokens.")
+        if block == table[0] + len(table) - 1 and (block != p // bs or _block_slip(self.cls, bs) == "consecutive"):
+            raise fail(case, f"append() says token {p} went into block {block} = block_table[0] + {len(table) - 1}, "
+                       f"as if a sequence's blocks had consecutive ids; your block_table is {table} and token {p} "
+                       f"went into block {expected} (block_table[-1]).",
+                       hint="block ids are not consecutive: the pool hands out whichever block is free (a block "
+                       "given back comes out again later, to any sequence). Read the id from block_table[-1]; never "
+                       "compute it from block_table[0] plus an offset.")
 
     def _check_table(self, s: _Seq, case: str) -> None:
         W, bs, seen = self.W, self.bs, s.seen
@@ -267,8 +311,8 @@ class _Run:
         if table and logical.get(table[0]) is not None and logical[table[0]] != exp_pos[0] // bs:
             raise fail(case, f"block_table {table} starts with the block of tokens {logical[table[0]] * bs}.."
                        f"{logical[table[0]] * bs + bs - 1}; {window}.",
-                       hint="you returned the newest block instead of the oldest: give back block_table[0] "
-                       "(pop(0)), not block_table[-1].")
+                       hint="you gave the newest block back to the pool instead of the oldest: give back "
+                       "block_table[0] (pop(0)), not block_table[-1].")
         if positions != exp_pos:
             held = list(range(exp_pos[0] // bs * bs, exp_pos[-1] + 1)) if exp_pos else []
             if positions == held and len(held) == len(exp_pos) + 1:
@@ -396,6 +440,24 @@ def _right_without_block_zero(cls, W: int, bs: int, n: int) -> bool:
         return True
     except Exception:
         return False
+
+
+def _block_slip(cls, bs: int) -> str | None:
+    """Which wrong block a fresh ``cls`` returns from a pool whose ids come out scrambled (7, 2, 9, 4, ...): its
+    logical block number (``"logical"``), block_table[0] plus an offset (``"consecutive"``), or None."""
+    try:
+        pool = BlockPool(12, bs)
+        pool.reorder_free([7, 2, 9, 4, 0, 11, 5, 1, 3, 6, 8, 10])
+        seq = cls(pool, 2 * bs + 1)
+        for p in range(6 * bs):
+            block, _ = seq.append()
+            table = list(seq.block_table)
+            if block != table[-1]:
+                return ("logical" if block == p // bs else
+                        "consecutive" if block == table[0] + len(table) - 1 else None)
+    except Exception:
+        return None
+    return None
 
 
 def _offset_hint(cls) -> str | None:

@@ -1,7 +1,8 @@
 """Check for exercise 07: ``SinkCache(num_sinks, window_size)``, the first ``num_sinks`` tokens forever plus
 the last ``window_size``, in any order its ``positions`` describe.
 
-Driven like the other cache checks (:mod:`._drive`: shapes, dtypes, zero tokens, live instances, memory);
+Driven like the other cache checks (:mod:`._drive`: shapes, dtypes, zero tokens, tokens not contiguous, a
+300-token bfloat16 run, live instances, memory, positions kept in an integer dtype);
 compared as a set with the library's :class:`~swkv_teach.caches.SinkKVCache`, then token by token. To tell
 an off-by-one in the sinks from a hard-coded number of them, the hint looks at what the cache still pins
 after a dozen more updates, once the window has moved far past the sinks.
@@ -13,7 +14,8 @@ import torch
 
 from swkv_teach.caches import SinkKVCache
 from swkv_teach.device import device as pick_device
-from swkv_teach.grading._drive import BF16, F16, F64, Judge, Run, Step, check_runs, interleave, pristine
+from swkv_teach.grading._drive import (BF16, F16, F64, Judge, Run, Step, check_runs, interleave, labelled, pristine,
+                                       rounded_positions, short)
 from swkv_teach.grading._own import refuse_library
 from swkv_teach.grading._report import call, fail, passed
 from swkv_teach.grading._report import learner_name as _name
@@ -28,6 +30,9 @@ SINK_RUNS = (
     Run((3, 4), (3, 1, 5), zeros=True),
     Run((1, 2), zeros="runs"),  # the sink itself a zero token, then whole windows of zeros
     Run((1, 2), (1, 1, 2), steps=140),  # positions past 127, where int8 positions wrap
+    Run((2, 3), (1, 2, 2), BF16, steps=300),  # a position record in the keys' dtype rounds past 256
+    Run((1, 3), layout="sliced"),  # k_new = qkv[..., D:2 * D]: not contiguous
+    Run((2, 2), (3, 2, 3), layout="expanded"),  # k_new = x[:1].expand(3, ...)
 )
 SINK_LIVE = ((1, 2), (2, 5), (3, 1), (3, 1))  # two with one shape (a memo keyed on it)
 
@@ -63,6 +68,11 @@ def _sink_hint(got: list, exp: list, seen: int, S: int, W: int, later: int | Non
         return "the same token came back twice: each stored token once."
     g, e = set(got), set(exp)
     missing, extra = e - g, g - e
+    swapped = set(range(min(W, seen))) | set(range(max(0, seen - S), seen))
+    if S != W and g == swapped and later in (None, W):
+        return (f"num_sinks and window_size are swapped: SinkCache({S}, {W}) should keep {S} sink(s) and a window of "
+                f"{W}, and yours keeps the first {W} and the last {S}. The statement's order is SinkCache(num_sinks, "
+                "window_size): def __init__(self, num_sinks, window_size).")
     if later and (later > S + 1 or later < S - 1):
         return (f"you keep the first {later} tokens as sinks, but num_sinks={S}: is the number of sinks hard-coded "
                 "(StreamingLLM's 4)? Use self.num_sinks.")
@@ -91,9 +101,15 @@ class SinkJudge(Judge):
         S, W = self.args
         got = labels(s.k, base=s.base)
         exp = sorted(self.oracle.positions.tolist())
-        if s.zeros:  # zero tokens read as "0": judge by the positions the cache reports
+        if s.zeros or not labelled(s):  # labels are not positions here: judge by the positions the cache reports
             exp_l = labels(s.ek, base=s.base)
             if sort_labels(got) != sort_labels(exp_l) or len(got) != len(exp_l):
+                if not s.zeros:
+                    raise fail(s.case, f"update() returned other keys than the library's sink cache after {s.p + 1} "
+                               f"{short(s.k_new.dtype)} tokens (this far, a key's value cannot name its token exactly;"
+                               " every shorter run passed).", expected=f"{len(exp_l)} keys", got=f"{len(got)} keys",
+                               hint=f"keep positions 0..{S - 1} and the last {W}, however long the run: count tokens "
+                               "with a Python int, never in a tensor of the keys' dtype.", generic=True)
                 raise fail(s.case, "update() returned the keys of (any order is fine; zero tokens read as 0):",
                            expected=exp_l, got=got,
                            hint="zero is a legitimate key: keep and return tokens whose keys are all zeros like any "
@@ -111,7 +127,8 @@ class SinkJudge(Judge):
                            "them in the same order as the keys you return.")
         if sorted(pos) != exp or len(pos) != s.k.shape[2]:
             raise fail(s.case, "positions (sorted) after this update:", expected=exp, got=sorted(pos),
-                       hint="positions[i] is the absolute position of key i of what update() returned.")
+                       hint=rounded_positions(sorted(pos), exp, s.k_new.dtype)
+                       or "positions[i] is the absolute position of key i of what update() returned.")
         # exact contents, token by token, whatever order the learner chose
         mine = torch.tensor([pos.index(q) for q in exp], device=s.k.device)
         theirs = torch.argsort(self.oracle.positions.to(s.ek.device))
@@ -133,7 +150,8 @@ def check_sink_cache(cls) -> None:
     interleave(SinkJudge, cls, SINK_LIVE, dev)
     passed(f"{_name(cls)} keeps the sinks and the last W tokens, like the library's SinkKVCache "
            "(num_sinks, W = " + ", ".join(dict.fromkeys(f"({r.args[0]}, {r.args[1]})" for r in SINK_RUNS))
-           + "; runs of 4(S + W) + 3 tokens and one of 140; 4 token shapes; float32/64, float16, bfloat16; zero tokens; "
+           + "; runs of 4(S + W) + 3 tokens and of 140 and 300 (bfloat16); 6 token shapes, sliced and expanded too; "
+           "float32/64, float16, bfloat16; zero tokens; "
            "4 live instances; integer positions; bounded memory).")
 
 

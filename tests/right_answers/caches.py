@@ -360,3 +360,72 @@ class OnTheLibrarysAbstractBase(KVCache):
 
     def __len__(self):
         return 0 if self.k is None else self.k.shape[2]
+
+
+# ---------------------------------------------------------------- styles the later checks could over-reject
+@right("check_ring_buffer_cache")
+class RingWithInt32PositionsAndFlatWrites:
+    """Positions kept per slot in an int32 tensor on the keys' device (not a Python int), keys in a flat
+    (B * H, W, D) buffer written through reshape (which copies an expanded or sliced token rather than refusing
+    it), ordered() by an index_select on that buffer."""
+
+    def __init__(self, window_size):
+        self.W, self.seen, self.k = window_size, 0, None
+
+    def update(self, k_new, v_new):
+        B, H, _, D = k_new.shape
+        if self.k is None:
+            self.shape = (B, H, D)
+            self.k = torch.zeros(B * H, self.W, D, dtype=k_new.dtype, device=k_new.device)
+            self.v = torch.zeros_like(self.k)
+            self.pos = torch.zeros(self.W, dtype=torch.int32, device=k_new.device)
+        slot = self.seen % self.W
+        self.k[:, slot] = k_new.reshape(B * H, D)
+        self.v[:, slot] = v_new.reshape(B * H, D)
+        self.pos[slot] = self.seen
+        self.seen += 1
+        n = min(self.seen, self.W)
+        return self._heads(self.k[:, :n]), self._heads(self.v[:, :n])
+
+    def _heads(self, t):
+        B, H, D = self.shape
+        return t.view(B, H, t.shape[1], D)
+
+    @property
+    def positions(self):
+        return self.pos[: min(self.seen, self.W)].clone()
+
+    def ordered(self):
+        n = min(self.seen, self.W)
+        order = torch.argsort(self.pos[:n].long())
+        return self._heads(self.k[:, :n].index_select(1, order)), self._heads(self.v[:, :n].index_select(1, order))
+
+
+@right("check_sink_cache")
+class SinksWithFloat64PositionRecord(ChronologicalSinks):
+    """Keeps a float64 copy of the positions (exact up to 2**53, unlike the keys' float32 or bfloat16) and reports
+    them as long: a float record is refused only where its dtype cannot hold the positions."""
+
+    def update(self, k_new, v_new):
+        k, v = super().update(k_new, v_new)
+        self.fpos = torch.tensor(self.pos, dtype=torch.float64, device=k_new.device)
+        return k, v
+
+    @property
+    def positions(self):
+        return self.fpos.long()
+
+
+@right("check_sliding_window_cache")
+class ReshapedTokensInADeque:
+    """Each token kept as k_new.reshape(B, H, D) in a deque (reshape copies a sliced or expanded token where view
+    would refuse it), stacked on dim 2 on return."""
+
+    def __init__(self, window_size):
+        self.ks, self.vs = deque(maxlen=window_size), deque(maxlen=window_size)
+
+    def update(self, k_new, v_new):
+        B, H, _, D = k_new.shape
+        self.ks.append(k_new.reshape(B, H, D))
+        self.vs.append(v_new.reshape(B, H, D))
+        return torch.stack(list(self.ks), dim=2), torch.stack(list(self.vs), dim=2)

@@ -278,3 +278,25 @@ def positions_cast_to_float64(q_positions, k_positions, window_size):
     """`.double()` "so the comparison is exact": float64 holds integers exactly only up to 2**53."""
     q, k = q_positions.double()[:, None], k_positions.double()[None, :]
     return (k <= q) & (k > q - window_size)
+
+
+@wrong(NAME, "in place", "sub_", "put it back", "even for a moment")
+def shifts_a_copy_taken_between_sub_and_add(q_positions, k_positions, window_size):
+    """q_positions.sub_(W) cloned at once, then add_(W) back before comparing: the mask is right and the inputs equal
+    at the end, but they moved for a moment (with q a view of k, k's tail too), which the statement forbids."""
+    lo = q_positions.sub_(window_size).clone()
+    q_positions.add_(window_size)
+    k = k_positions[None, :]
+    return (k > lo[:, None]) & (k <= q_positions[:, None])
+
+
+@wrong(NAME, "in place", "put it back")
+def clamps_keys_in_place_and_restores(q_positions, k_positions, window_size):
+    """Saves k_positions, clamps it in place to 'ignore future keys', then copies the saved values back with
+    k_positions[:] = saved: right mask, inputs equal at the end, but written into meanwhile."""
+    saved = k_positions.clone()
+    newest = int(q_positions.max())
+    k_positions.clamp_(max=newest + 1)
+    mask = (k_positions[None, :] <= q_positions[:, None]) & (k_positions[None, :] > q_positions[:, None] - window_size)
+    k_positions[:] = saved
+    return mask

@@ -368,3 +368,11 @@ def decode_mask_from_len(model, input_ids, caches):
         x = x + layer.attn.attend(q, k, v, positions, torch.arange(k.shape[2]))
         x = x + layer.mlp(layer.mlp_norm(x))
     return model.lm_head(model.norm(x))
+
+
+@wrong("check_cached_decode", "logits are right here", "dtype float32", "integer tensor")
+def decode_float_rope_positions(model, input_ids, caches):
+    """Float positions handed to qkv only (RoPE, which rotates them as it does integers), integer ones to attend:
+    right logits, but the table asks for an integer tensor, and float32 rounds positions past 2**24."""
+    pos = _positions(caches, input_ids)
+    return _run(model, input_ids, caches, pos, rope_positions=pos.float())

@@ -341,3 +341,62 @@ def one_sort_key_for_score_and_age(scores, weights, positions, budget, recent):
     total = _total(scores, weights)
     key = lambda i: float(total[i]) * 1000 + int(positions[i]) * 1e-3  # noqa: E731
     return _choose(total, positions, budget, _outside_recent(positions, recent), key=key)
+
+
+@wrong("check_h2o_keep", "epsilon", "position")
+def epsilon_tie_break(scores, weights, positions, budget, recent):
+    """Breaks ties with one sort key, total + 1e-7 * position: at position 5,000,000 the 'epsilon' is 0.5 and
+    outweighs real score differences."""
+    total = _total(scores, weights)
+    key = total.double() + 1e-7 * positions.double()
+    return _choose(total, positions, budget, _outside_recent(positions, recent), key=lambda i: float(key[i]))
+
+
+@wrong("check_h2o_keep", "epsilon", "position")
+def tiny_epsilon_tie_break(scores, weights, positions, budget, recent):
+    """The same with a smaller epsilon, 1e-10 * position, through topk over -key: harmless at 10**6, wrong at position
+    2 * 10**9, where it adds 0.2."""
+    total = _total(scores, weights)
+    key = total.double() + 1e-10 * positions.double()
+    cands = torch.tensor(_outside_recent(positions, recent), dtype=torch.long)
+    n_drop = max(0, len(positions) - budget)
+    drop = set(cands[torch.topk(-key[cands], n_drop).indices].tolist()) if n_drop else set()
+    keep = [i for i in range(len(positions)) if i not in drop]
+    return positions[keep], total[keep]
+
+
+@wrong("check_h2o_keep", "cands[-k:]", "k = 0")
+def keeps_last_k_candidates(scores, weights, positions, budget, recent):
+    """Keeps the recent tokens plus cands[-k:], k = budget - recent, of the candidates sorted best last: with
+    budget == recent, k = 0 and cands[-0:] is every candidate."""
+    total = _total(scores, weights)
+    newest = int(positions.max())
+    rec = [i for i in range(len(positions)) if int(positions[i]) > newest - recent]
+    if len(positions) <= budget:
+        return positions, total
+    cands = sorted(_outside_recent(positions, recent), key=lambda i: (float(total[i]), int(positions[i])))
+    keep = sorted(rec + cands[-(budget - len(rec)):])
+    return positions[keep], total[keep]
+
+
+@wrong("check_h2o_keep", "not contiguous", "transposed", ".reshape()")
+def flattens_heads_with_view(scores, weights, positions, budget, recent):
+    """Averages batch and heads through weights.view(B * H, Q, K).mean(0): right on contiguous attention, raises on
+    weights laid out as a model makes them (a transposed view)."""
+    B, H, Q, K = weights.shape
+    total = scores + weights.float().view(B * H, Q, K).mean(0).sum(0)
+    return _choose(total, positions, budget, _outside_recent(positions, recent))
+
+
+@wrong("check_h2o_keep", "equal totals, at positions in the millions", "positions.float()")
+def ages_compared_in_float32(scores, weights, positions, budget, recent):
+    """Sorts by position in float32 first (positions.float(), 'to sort them with the scores'), then stable by
+    total: right until positions pass 2**24, where float32 merges neighbours and ties fall back to slot order."""
+    total = _total(scores, weights)
+    protected = positions > positions.max() - recent
+    order = torch.argsort(positions.float(), stable=True)
+    order = order[torch.argsort(total[order], stable=True)]
+    order = order[~protected[order]]
+    keep = torch.ones(len(positions), dtype=torch.bool, device=positions.device)
+    keep[order[: max(0, len(positions) - budget)]] = False
+    return positions[keep], total[keep]

@@ -377,3 +377,76 @@ class OneLayerObjectForEveryLayer(_Ring):
         W, types = layer_types(model)
         ring, full = cls(W), DynamicLayer()
         return Cache(layers=[ring if t == "sliding_attention" else full for t in types])
+
+
+@wrong(CHECK, "the cache has 2 layers; the model has 1", "hard-coded", "num_hidden_layers")
+class TwoLayersWithoutLayerTypes(_Ring):
+    """ring_cache falls back to ["sliding_attention"] * 2 when layer_types is missing: right for every two-layer
+    Mistral, one layer too many or too few for any other."""
+
+    @classmethod
+    def ring_cache(cls, model) -> Cache:
+        config = model.config.get_text_config(decoder=True)
+        types = getattr(config, "layer_types", None) or ["sliding_attention"] * 2
+        return Cache(layers=[cls(config.sliding_window) if t == "sliding_attention" else DynamicLayer()
+                             for t in types])
+
+
+@wrong(CHECK, "chunk alone", "q >= w")
+class LongChunkWithoutStoredKeys(_Ring):
+    """A chunk of q >= W tokens is returned alone (its mask sizes say so too): 'the chunk fills the window
+    anyway', but its first queries still see the stored keys before it."""
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        if query_length >= self.sliding_window:
+            return query_length, self.seen
+        return super().get_mask_sizes(query_length)
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        n, q = self.seen, key_states.shape[2]
+        if q < self.sliding_window:
+            return super().update(key_states, value_states)
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.store(key_states, value_states, n)
+        self.count(q)
+        return key_states, value_states
+
+
+@wrong(CHECK, "no get_mask_sizes call before it", "first sliding layer only", "read-only")
+class UpdateReadsTheRecordedOffset(_Ring):
+    """get_mask_sizes records kv_offset and update gathers the stored keys from it: transformers asks only the
+    first sliding layer, so the other layers read a stale offset (0 here) and return keys out of the window."""
+
+    def __init__(self, sliding_window: int):
+        super().__init__(sliding_window)
+        self.offset = 0
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        length, self.offset = super().get_mask_sizes(query_length)
+        return length, self.offset
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n, W = self.seen, self.sliding_window
+        old = torch.arange(self.offset, n, device=self.k_buf.device) % W
+        k = torch.cat([self.k_buf[:, :, old], key_states], dim=2)
+        v = torch.cat([self.v_buf[:, :, old], value_states], dim=2)
+        self.store(key_states, value_states, n)
+        self.count(key_states.shape[2])
+        return k, v
+
+
+@wrong(CHECK, "not contiguous", "transposed as a model makes it", ".reshape()")
+class ChunkWrittenThroughAFlatView(_Ring):
+    """Writes a chunk's last W tokens through key_states.view(B * H, q, D): a model's key_states are
+    proj(h).view(B, q, H, D).transpose(1, 2), not contiguous, and view raises."""
+
+    def store(self, key_states, value_states, n: int) -> None:
+        B, H, q, D = key_states.shape
+        W = self.sliding_window
+        flat_k, flat_v = key_states.view(B * H, q, D), value_states.view(B * H, q, D)
+        for i in range(max(q - W, 0), q):
+            self.k_buf.view(B * H, W, D)[:, (n + i) % W] = flat_k[:, i]
+            self.v_buf.view(B * H, W, D)[:, (n + i) % W] = flat_v[:, i]

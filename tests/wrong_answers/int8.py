@@ -266,3 +266,24 @@ def multiplies_by_the_reciprocal(x):
 
 wrong("check_int8_quantize", "floor on the scale", "1e-30")(pair(scale_floored_at_1e_30))
 wrong("check_int8_quantize", "subnormal", "x / scale")(pair(multiplies_by_the_reciprocal))
+
+
+def flattens_with_view(x):
+    """Flattens with x.view(-1, D) to take one absmax per row: keys as a model makes them
+    (proj.view(B, T, H, D).transpose(1, 2)) are not contiguous, and view raises on them."""
+    rows = x.view(-1, x.shape[-1])
+    scale = rows.float().abs().amax(dim=-1, keepdim=True).view(*x.shape[:-1], 1) / 127
+    return _q(x, scale), scale
+
+
+wrong("check_int8_quantize", "not contiguous", "transposed as a model makes it", ".reshape()")(pair(flattens_with_view))
+
+
+def deq_flattens_with_view(q, scale, dtype):
+    """dequantize flattens q with q.view(-1, D) and scale with scale.view(-1, 1): a q laid out as a model's keys
+    (transposed) is not contiguous, and view raises."""
+    D = q.shape[-1]
+    return (q.view(-1, D).float() * scale.view(-1, 1)).view(q.shape).to(dtype)
+
+
+wrong("check_int8_quantize", "not contiguous", ".reshape()")(pair(right_quantize, deq_flattens_with_view))

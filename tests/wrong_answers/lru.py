@@ -499,3 +499,14 @@ class MissInsertsAPlaceholder(_LRU):
             return None
         self.cache.move_to_end(token_id)
         return entry
+
+
+@wrong("check_lru_cache", "a miss must return none itself", "(none, none)")
+class MissReturnsAPairOfNones(_LRU):
+    """get() answers a miss with (None, None), the shape of a hit: `cache.get(i) is None` never holds."""
+
+    def get(self, token_id):
+        if token_id not in self.cache:
+            return None, None
+        self.cache.move_to_end(token_id)
+        return self.cache[token_id]

@@ -83,7 +83,7 @@ class ResetLeaks(PagedBase):
         self.table, self.seen, self.first = [], 0, 0
 
 
-@wrong("check_paged_window", "newest block instead of the oldest")
+@wrong("check_paged_window", "gave the newest block back to the pool instead of the oldest")
 class FreesNewest(PagedBase):
     """pop() instead of pop(0): returns the block just taken and keeps the stale one."""
 
@@ -411,3 +411,22 @@ class PositionsReadOffTheBlocks(PagedBase):
     def positions(self):
         bs = self.pool.block_size
         return list(range(self.first * bs, self.seen))
+
+
+@wrong("check_paged_window", "block_table[0]", "oldest block", "block_table[-1]")
+class AppendReturnsTheOldestBlock(PagedBase):
+    """append() returns (self.table[0], offset): the window's oldest block, not the one the token went into."""
+
+    def append(self):
+        _, offset = super().append()
+        return self.table[0], offset
+
+
+@wrong("check_paged_window", "consecutive", "block_table[-1]")
+class AssumesConsecutiveBlockIds(PagedBase):
+    """append() computes the block as table[0] + (logical block - first logical block): right while the pool hands
+    out 0, 1, 2, ..., wrong once a block given back comes out again."""
+
+    def append(self):
+        _, offset = super().append()
+        return self.table[0] + ((self.seen - 1) // self.pool.block_size - self.first), offset

@@ -425,3 +425,73 @@ class ReallocatesWhenTheBufferIsAllZeros(_Ring):
             self.alloc(k_new)
             self.seen = 0
         return super().update(k_new, v_new)
+
+
+@wrong("check_ring_buffer_cache", "positions in self.pos", "float32", "exactly only up to", "torch.long")
+class PositionsInTheKeysDtype(_Ring):
+    """A per-slot position record made with k_new.new_zeros(W): it takes the keys' dtype (float32 here, bfloat16 in a
+    half-precision model), which holds integers exactly only up to 2**24 (256 in bfloat16); .long() on the way out
+    cannot undo the rounding."""
+
+    def alloc(self, k_new):
+        super().alloc(k_new)
+        self.pos = k_new.new_zeros(self.window_size)
+
+    def write(self, k_new, v_new):
+        if self.k_buf is None:
+            self.alloc(k_new)
+        self.pos[self.seen % self.window_size] = self.seen
+        return super().write(k_new, v_new)
+
+    @property
+    def positions(self):
+        return self.pos[: min(self.seen, self.window_size)].long()
+
+
+@wrong("check_ring_buffer_cache", "rounded to bfloat16", "torch.long")
+class PositionsAsScalarsOfTheKeysDtype(_Ring):
+    """Each slot's position kept as a 0-d tensor k_new.new_tensor(p), in a list: in bfloat16 past position 256
+    neighbouring positions round to one value (no tensor record to spot: only a long bfloat16 run shows it)."""
+
+    def write(self, k_new, v_new):
+        if self.k_buf is None:
+            self.pos = [None] * self.window_size
+        self.pos[self.seen % self.window_size] = k_new.new_tensor(self.seen)
+        return super().write(k_new, v_new)
+
+    @property
+    def positions(self):
+        return torch.stack(self.pos[: min(self.seen, self.window_size)]).long()
+
+
+@wrong("check_ring_buffer_cache", "expanded", "contiguous", ".reshape()")
+class WritesThroughAFlatView(_Ring):
+    """Writes a token with k_buf.view(B * H, W, D)[:, slot] = k_new.view(B * H, D): fine for a contiguous token,
+    but view raises on one expanded over the batch (x[:1].expand(B, ...), stride 0)."""
+
+    def write(self, k_new, v_new):
+        if self.k_buf is None:
+            self.alloc(k_new)
+        B, H, _, D = k_new.shape
+        W, slot = self.window_size, self.seen % self.window_size
+        self.k_buf.view(B * H, W, D)[:, slot] = k_new.view(B * H, D)
+        self.v_buf.view(B * H, W, D)[:, slot] = v_new.view(B * H, D)
+        self.seen += 1
+        return min(self.seen, W)
+
+
+@wrong("check_ring_buffer_cache", "counts or records positions in the keys' dtype", "python int")
+class CountsInTheKeysDtype(_Ring):
+    """Counts tokens in a 0-d tensor made with k_new.new_zeros(()): in bfloat16, 256 + 1 rounds back to 256, so
+    past token 256 the slot and the positions stop moving."""
+
+    def write(self, k_new, v_new):
+        if self.k_buf is None:
+            self.alloc(k_new)
+            self.count = k_new.new_zeros(())
+        slot = int(self.count) % self.window_size
+        self.k_buf[:, :, slot] = k_new[:, :, 0]
+        self.v_buf[:, :, slot] = v_new[:, :, 0]
+        self.count += 1
+        self.seen = int(self.count)
+        return min(self.seen, self.window_size)

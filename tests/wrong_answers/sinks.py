@@ -307,3 +307,64 @@ class PositionsInInt8(_Sinks):
     @property
     def positions(self):
         return torch.tensor(self.pos).to(torch.int8)
+
+
+@wrong("check_sink_cache", "positions in self.fpos", "exactly only up to", "torch.long")
+class PositionsInTheKeysDtype(_Sinks):
+    """Keeps the positions as k_new.new_tensor(self.pos): the keys' dtype, exact only up to 2**24 in float32 and 256
+    in bfloat16."""
+
+    def update(self, k_new, v_new):
+        k, v = super().update(k_new, v_new)
+        self.fpos = k_new.new_tensor(self.pos)
+        return k, v
+
+    @property
+    def positions(self):
+        return self.fpos.long()
+
+
+@wrong("check_sink_cache", "rounded to bfloat16", "torch.long")
+class PositionsAsScalarsOfTheKeysDtype(_Sinks):
+    """A list of 0-d tensors in the keys' dtype, one per kept token: in bfloat16, positions past 256 merge."""
+
+    def update(self, k_new, v_new):
+        k, v = super().update(k_new, v_new)
+        self.fpos = [k_new.new_tensor(p) for p in self.pos]
+        return k, v
+
+    @property
+    def positions(self):
+        return torch.stack(self.fpos).long()
+
+
+@wrong("check_sink_cache", "swapped", "sinkcache(num_sinks, window_size)")
+class ArgumentsSwapped(_Sinks):
+    """__init__(self, window_size, num_sinks): SinkCache(2, 3) keeps 3 sinks and a window of 2."""
+
+    def __init__(self, window_size, num_sinks):
+        super().__init__(num_sinks, window_size)
+
+
+@wrong("check_sink_cache", "slice of a fused projection", "contiguous", ".reshape()")
+class FlattensEachToken(_Sinks):
+    """Passes each token through a flat vector, k_new.view(-1).view(B, H, 1, D): view raises on a token sliced out
+    of a fused projection (qkv[..., D:2 * D])."""
+
+    def update(self, k_new, v_new):
+        B, H, _, D = k_new.shape
+        return super().update(k_new.view(-1).view(B, H, 1, D), v_new.view(-1).view(B, H, 1, D))
+
+
+@wrong("check_sink_cache", "counts or records positions in the keys' dtype", "python int")
+class CountsInTheKeysDtype(_Sinks):
+    """Counts the tokens seen in k_new.new_zeros(()) (the keys' dtype): in bfloat16 the count sticks at 256, and
+    with it the window's positions."""
+
+    def update(self, k_new, v_new):
+        if not hasattr(self, "count"):
+            self.count = k_new.new_zeros(())
+        self.seen = int(self.count)
+        k, v = super().update(k_new, v_new)
+        self.count += 1
+        return k, v
