@@ -227,9 +227,12 @@ def hf_cache(model, kind: str = "ring") -> WindowCache:
                          "HF's (kv_length, kv_offset) mask sizes cannot describe)")
     config = _text_config(model)
     window = getattr(config, "sliding_window", None)
-    if window is None or getattr(config, "use_sliding_window", True) is False:
+    if window is None:
         raise ValueError(f"config.sliding_window is {window!r}: this model attends to every past token, "
                          "so there is no window for hf_cache to keep (use transformers' DynamicCache)")
+    if getattr(config, "use_sliding_window", True) is False:  # Qwen2's switch: a window written but unused
+        raise ValueError(f"config.use_sliding_window is False (with sliding_window={window!r}): this model attends "
+                         "to every past token, so a window cache would drop keys it reads (use DynamicCache)")
     if getattr(config, "use_bidirectional_attention", False):
         raise ValueError("config.use_bidirectional_attention is True: hf_cache serves causal decoders only")
     window = int(window)

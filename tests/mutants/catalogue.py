@@ -322,3 +322,40 @@ MUTANTS = [
       "out[\"flat\"] = min(readings) == max(readings)", "out[\"flat\"] = readings[0] == readings[-1]",
       "memory called flat when it rose and fell back", BENCH),
 ]
+
+# ---------------------------------------------------------------------------------------------------------
+# hf_cache.py (helper `compile`, issue 30's survivors): each must be killed by tests/test_hf_cache.py under the
+# newest transformers as well as under 5.15.0 (tools/hf_versions.sh runs the same file there).
+HF_CACHE = ["tests/test_hf_cache.py", "tests/test_hf_cache_batch.py"]
+MUTANTS += [
+    Mutant("hfc-use-sliding-window-ignored", "swkv_teach/hf_cache.py",
+           'if getattr(config, "use_sliding_window", True) is False:',
+           'if False and getattr(config, "use_sliding_window", True) is False:',
+           "a window the config switches off (Qwen2's use_sliding_window=False) is served as a window", HF_CACHE),
+    Mutant("hfc-layer-types-not-cut", "swkv_teach/hf_cache.py", "types = list(types)[:n]", "types = list(types)",
+           "a layer_types longer than num_hidden_layers makes one cache layer per listed type", HF_CACHE),
+    Mutant("hfc-hook-per-call", "swkv_teach/hf_cache.py",
+           'if isinstance(model, torch.nn.Module) and not getattr(model, "_swkv_guard", False):',
+           "if isinstance(model, torch.nn.Module):",
+           "a new forward pre-hook on every hf_cache(model) call: the check runs once per cache ever made", HF_CACHE),
+    Mutant("hfc-positional-mask-ignored", "swkv_teach/hf_cache.py",
+           'mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)',
+           'mask = kwargs.get("attention_mask")',
+           "a padded attention_mask passed positionally is not refused", HF_CACHE),
+    Mutant("hfc-layer-accepts-any-kind", "swkv_teach/hf_cache.py",
+           "        if kind not in HF_KINDS:\n            raise ValueError(f\"kind must be one of {HF_KINDS} (caches",
+           "        if False:\n            raise ValueError(f\"kind must be one of {HF_KINDS} (caches",
+           "WindowLayer built directly accepts sinks, lru and paged, which hf_cache refuses", HF_CACHE),
+    Mutant("hfc-reset-full-in-place", "swkv_teach/hf_cache.py",
+           "self.layers = [DynamicLayer() if isinstance(layer, DynamicLayer) else layer for layer in self.layers]",
+           "self.layers = list(self.layers)",
+           "WindowCache.reset resets full layers in place (5.15 keeps their zeroed keys) instead of replacing them",
+           HF_CACHE),
+    Mutant("hfc-cache-kwarg-swapped", "swkv_teach/hf_cache.py",
+           'return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"',
+           'return "past_key_values" if "cache" in inspect.signature(model.forward).parameters else "cache"',
+           "cache_kwarg answers the keyword the forward does not take", HF_CACHE),
+    Mutant("hfc-guard-batch-not-held", "swkv_teach/hf_cache.py",
+           "        elif batch != self.batch:", "        elif False:",
+           "a change of batch size mid-sequence is not refused", HF_CACHE),
+]
