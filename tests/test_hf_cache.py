@@ -477,3 +477,60 @@ def test_cache_kwarg_names_the_keyword_the_forward_takes():
     cache = hf_cache(model)
     run(model, cache, torch.zeros(1, 3, dtype=torch.long))
     assert cache.get_seq_length() == 3
+
+
+# ------------------------------------------------ the compileable ring layer (issue 29): transformers' static layer, no roll
+@pytest.mark.parametrize("window", [2, 3, 8])
+def test_compileable_ring_layer_reports_and_returns_what_hf_static_sliding_layer_does(window):
+    """Driven side by side with ``StaticSlidingWindowLayer`` through one-token steps and chunks (filling, crossing
+    and past the window): the same ``get_mask_sizes`` and ``get_seq_length`` before each update, the same keys
+    in the same order for chunks and while filling, the same keys in slot order for one token once full."""
+    from swkv_teach.hf_cache import CompileableRingLayer
+    from transformers.cache_utils import StaticSlidingWindowLayer
+
+    g = torch.Generator().manual_seed(window)
+    ours = CompileableRingLayer(max_cache_len=window, sliding_window=window)
+    hf = StaticSlidingWindowLayer(max_cache_len=window, sliding_window=window)
+    sizes = [1, 1, 1, 2, window, window + 3]
+    seen = 0
+    for step in range(60):
+        q = sizes[int(torch.randint(len(sizes), (1,), generator=g))]
+        assert ours.get_mask_sizes(q) == hf.get_mask_sizes(q) and ours.get_seq_length() == hf.get_seq_length() == seen
+        k, v = torch.randn(2, 2, 3, q, 4, generator=g)
+        k[..., 0] = torch.arange(seen, seen + q, dtype=torch.float)  # feature 0 carries the position
+        got_k, got_v = ours.update(k, v)
+        ref_k, ref_v = hf.update(k, v)
+        if q == 1 and seen >= window:  # slot order: position p in slot p % W
+            held = got_k[0, 0, :, 0].tolist()
+            assert held[seen % window] == seen, f"step {step}: position {seen} not in slot {seen % window}: {held}"
+            assert sorted(held) == list(range(seen - window + 1, seen + 1)), f"step {step}: holds {held}"
+            order = torch.argsort(got_k[0, 0, :, 0])
+            got_k, got_v = got_k.index_select(2, order), got_v.index_select(2, order)
+        torch.testing.assert_close(got_k, ref_k, rtol=0, atol=0, msg=f"keys differ at step {step} ({q} tokens)")
+        torch.testing.assert_close(got_v, ref_v, rtol=0, atol=0, msg=f"values differ at step {step} ({q} tokens)")
+        seen += q
+
+
+@pytest.mark.parametrize("prompt", [3, "2W+3"])
+def test_compileable_cache_generates_what_hf_static_cache_does(prompt):
+    """Eagerly (a CPU without a compile_config), ``generate`` with the compileable ring equals ``generate`` with
+    transformers' static cache, 5·W tokens past a window of 6 (Mistral, SDPA); ``is_compileable`` is True."""
+    from swkv_teach.hf_cache import hf_compileable_cache
+
+    model = model_for(CASES[0])
+    W = CASES[0][1]
+    T = 2 * W + 3 if prompt == "2W+3" else prompt
+    ids = torch.randint(0, DIMS["vocab_size"], (2, T), generator=torch.Generator().manual_seed(T))
+    cache = hf_compileable_cache(model)
+    assert cache.is_compileable
+    with torch.no_grad():
+        ref = model.generate(ids, max_new_tokens=5 * W, do_sample=False, cache_implementation="static")
+        ours = model.generate(ids, max_new_tokens=5 * W, do_sample=False, **{cache_kwarg(model): cache})
+    assert torch.equal(ours, ref)
+
+
+def test_compileable_cache_refuses_full_attention_layers():
+    from swkv_teach.hf_cache import hf_compileable_cache
+
+    with pytest.raises(ValueError, match="every layer slides"):
+        hf_compileable_cache(model_for(CASES[2]))
