@@ -534,3 +534,16 @@ def test_compileable_cache_refuses_full_attention_layers():
 
     with pytest.raises(ValueError, match="every layer slides"):
         hf_compileable_cache(model_for(CASES[2]))
+
+
+@pytest.mark.slow
+def test_transformers_compiled_generate_takes_the_compileable_ring():
+    """transformers' compiled ``generate`` (allowed on a CPU through the CompileConfig) runs with our layer and
+    decodes the static cache's greedy tokens; the bench rows have their documented fields (never timed here)."""
+    from swkv_teach.bench.hf_cache import COMPILED_IMPLS, compiled_rows
+
+    rows = compiled_rows(window=8, new_tokens=12, repeats=1)
+    assert [r["impl"] for r in rows] == list(COMPILED_IMPLS)
+    assert all(r["same_tokens_as_static"] for r in rows)
+    assert all(r["us_per_step"]["median"] > 0 and len(r["us_per_step"]["samples"]) == 1 for r in rows)
+    assert rows[-1]["ratio_to_ring"] == 1.0
