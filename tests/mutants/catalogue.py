@@ -359,3 +359,36 @@ MUTANTS += [
            "        elif batch != self.batch:", "        elif False:",
            "a change of batch size mid-sequence is not refused", HF_CACHE),
 ]
+
+# The compiled ring (helper `compile`, issue 29): the step's slot, mask and bookkeeping, in the library and in
+# hf_cache's compileable layer. Each run compiles the mutated step once (tens of seconds on a busy CPU).
+COMPILED_RING = ["tests/test_compiled_ring.py"]
+HF_COMPILEABLE = ["tests/test_hf_cache.py", "-k", "compileable"]
+MUTANTS += [
+    Mutant("ring-static-mask-hides-new-token", "swkv_teach/caches/ring.py",
+           "visible = torch.arange(window_size, device=position.device) <= position",
+           "visible = torch.arange(window_size, device=position.device) < position",
+           "the compiled step masks the slot it just wrote: the token does not attend to itself", COMPILED_RING),
+    Mutant("ring-static-mask-all-visible", "swkv_teach/caches/ring.py",
+           "visible = torch.arange(window_size, device=position.device) <= position",
+           "visible = torch.arange(window_size, device=position.device) >= 0",
+           "before the window fills, the compiled step attends to empty (zero) slots", COMPILED_RING),
+    Mutant("ring-static-slot-off-by-one", "swkv_teach/caches/ring.py", "    slot = position % window_size\n",
+           "    slot = (position + 1) % window_size\n",
+           "the compiled step writes the next slot, overwriting a key still in the window", COMPILED_RING),
+    Mutant("ring-count-written-forgets", "swkv_teach/caches/ring.py", "        self._claim_slot()\n",
+           "        pass\n", "a compiled step's token is never counted: seen and the position stay put",
+           COMPILED_RING),
+    Mutant("compiled-ring-stale-token", "swkv_teach/model.py", "        self.ids.copy_(input_ids)\n", "",
+           "the compiled step reads the token of the call before (its input buffer never refreshed)", COMPILED_RING),
+    Mutant("hfc-ring-slot-off-by-one", "swkv_teach/hf_cache.py", "slot = (self.cumulative_length % W).view(1)",
+           "slot = ((self.cumulative_length + 1) % W).view(1)",
+           "the compileable layer overwrites a key still in the window", HF_COMPILEABLE),
+    Mutant("hfc-ring-count-frozen", "swkv_teach/hf_cache.py", "            self.cumulative_length.add_(1)\n", "",
+           "the compileable layer's tensor count does not advance: every token lands in one slot", HF_COMPILEABLE),
+    Mutant("hfc-ring-chunk-chronological", "swkv_teach/hf_cache.py",
+           "self.keys.copy_(full_k[:, :, -W:].roll(total % W, dims=-2))",
+           "self.keys.copy_(full_k[:, :, -W:])",
+           "after a chunk the keys are stored in position order, not at p % W: later one-token writes hit the "
+           "wrong slot", HF_COMPILEABLE),
+]
