@@ -483,8 +483,8 @@ class CompiledRing:
     graph's output memory, which the next replay overwrites.
 
     Every graph input is one of this object's tensors (the token is copied into ``self.ids``, the
-    position written into ``self.position``) and the step always runs with autograd off outside
-    inference mode, so neither a caller's inference tensors nor its grad mode recompile it.
+    position written into ``self.position``) and the step always runs in inference mode, so neither a
+    caller's inference tensors nor its grad mode recompile it.
     """
 
     def __init__(self, model: "Decoder", batch: int, mode: str = "default", options: dict | None = None):
@@ -549,16 +549,19 @@ class CompiledRing:
         self.ids.copy_(input_ids)
         if self._graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        if torch.is_grad_enabled() or torch.is_inference_mode_enabled():
-            # one autograd state for every call: dynamo guards on it (grad on, or inference mode, whose
-            # tensors carry other dispatch keys, would each compile the step again)
-            with torch.inference_mode(False), torch.no_grad():
-                logits = self._step(self.model, self.ids, self.position, self.inv_freq, self.k, self.v)
-        else:
+        if torch.is_inference_mode_enabled():
             logits = self._step(self.model, self.ids, self.position, self.inv_freq, self.k, self.v)
+            if self._graphs:  # out of the graph's output memory, which the next replay overwrites
+                logits = logits.clone()
+        else:
+            # one autograd state for every call, inference mode: dynamo guards on it (no_grad or grad mode
+            # would each compile the step again), and it spares the step autograd's bookkeeping
+            with torch.inference_mode():
+                logits = self._step(self.model, self.ids, self.position, self.inv_freq, self.k, self.v)
+            logits = logits.clone()  # an ordinary tensor for a caller outside inference mode
         for cache in caches:
             cache.count_written()
-        return logits.clone() if self._graphs else logits
+        return logits
 
 
 class Decoder(nn.Module):
