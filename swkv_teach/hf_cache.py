@@ -53,7 +53,7 @@ from swkv_teach.caches import KVCache, make_cache
 from swkv_teach.hf import INSTALL_HINT
 
 try:
-    from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer, StaticLayer, StaticSlidingWindowLayer
+    from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer, StaticSlidingWindowLayer
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(INSTALL_HINT) from e
 

@@ -15,7 +15,7 @@ import torch
 
 from swkv_teach.caches import RingBufferKVCache
 from swkv_teach.caches.ring import ring_slot_and_mask
-from swkv_teach.model import CompiledRing, Decoder, DecoderConfig
+from swkv_teach.model import Decoder, DecoderConfig
 
 W = 6
 ATOL = 1e-5
