@@ -269,3 +269,86 @@ else:
 # * Out of scope, and refused with an error: padded batches, beam search, cropping, offloading, `torch.compile`.
 #
 # Graded exercise: [exercises/11_hf_cache_layer.ipynb](../exercises/11_hf_cache_layer.ipynb), if you have not done it yet.
+
+# %% [markdown]
+# ## 8. Going further: why the cache decides whether a decode step compiles
+#
+# `torch.compile` turns a step into a few fused kernels, and on a GPU `mode="reduce-overhead"` records them once
+# as a CUDA graph and replays it: no Python, no launch cost. Both need the step to look the same every time. A
+# compiled graph is specialised on its tensors' **shapes** (a new shape recompiles, or forces symbolic shapes), and a
+# CUDA graph replays fixed kernels on fixed **addresses**. Watch transformers' two sliding layers over six one-token
+# updates with `W = 4`, and the course's ring beside them (each key holds its own position, so we can read them):
+
+# %%
+def feed(layer, steps=6):
+    """One-token updates whose keys hold their position; per step (shape returned, the stored keys tensor)."""
+    for p in range(steps):
+        kv = torch.full((1, 1, 1, 2), float(p))
+        keys, _ = layer.update(kv, kv.clone())
+        yield tuple(keys.shape), layer.keys if isinstance(layer, CacheLayerMixin) else layer.k_buf
+
+
+from swkv_teach.caches import RingBufferKVCache  # noqa: E402
+
+layers = {"DynamicSlidingWindowLayer (cat + slice)": DynamicSlidingWindowLayer(sliding_window=4),
+          "StaticSlidingWindowLayer (roll)": StaticSlidingWindowLayer(max_cache_len=16, sliding_window=4),
+          "RingBufferKVCache (one slot)": RingBufferKVCache(4)}
+for name, layer in layers.items():
+    steps = list(feed(layer))  # every stored tensor kept alive, so no address is freed and handed out again
+    addresses = {stored.data_ptr() for _, stored in steps}
+    print(f"{name}\n  tokens returned: {[s[2] for s, _ in steps]}  stored keys at {len(addresses)} address(es)\n"
+          f"  stored positions after the last step: {steps[-1][1][0, 0, :, 0].int().tolist()}")
+
+# %% [markdown]
+# * **cat + slice** returns a new tensor every step, first of a growing length: nothing for a graph to hold on to.
+# * **roll** keeps one buffer at one address (`torch._dynamo.mark_static_address`, `cache_utils.py` line 456 in
+#   5.24), so transformers' compiled `generate` takes it (it compiles only when `cache.is_compileable`,
+#   `generation/utils.py` line 2458). But it must keep the keys **in position order**: the mask is built as
+#   `kv_arange = torch.arange(kv_length) + kv_offset` (`masking_utils.py` line 531), one contiguous run of
+#   positions. So once full, every step rolls the whole window one slot left (`cache_utils.py` lines 575-576): an
+#   O(W) copy per layer per token, [2, 3, 4, 5] above.
+# * **the ring** writes one slot, `p % W`, at one address: [4, 5, 2, 3]. Eagerly it returns views of its buffer,
+#   growing until the window fills; the compiled step reads all `W` slots every time instead. To compile it, nothing in the step may
+#   depend on Python numbers that change: the position is a `(1,)` tensor, the slot is `position % W` computed
+#   in the graph, and the mask over the `W` slots (slot `s` is filled once `s <= position`) is data
+#   (`swkv_teach.caches.ring.ring_slot_and_mask`). `Decoder.compiled_ring` builds that step
+#   (`torch.compile(fullgraph=True)`: a graph break would be an error) and `generate(..., compile=True)` uses it,
+#   the prompt staying eager. Below, dynamo is told to treat any recompilation as an error, and the model decodes
+#   three windows' worth of tokens past its window.
+
+# %%
+from swkv_teach.model import Decoder, DecoderConfig  # noqa: E402
+
+torch.manual_seed(0)
+tiny = Decoder(DecoderConfig(window_size=16)).eval()
+prompt = torch.randint(0, 128, (1, 16), generator=torch.Generator().manual_seed(1))
+torch._dynamo.reset()
+with torch._dynamo.config.patch(error_on_recompile=True):
+    compiled_tokens = tiny.generate(prompt, 48, compile=True)  # the first call compiles (seconds)
+    again = tiny.generate(prompt[:, :5], 48, compile=True)  # another prompt length: the same graph
+print("same tokens as the eager ring:", torch.equal(compiled_tokens, tiny.generate(prompt, 48)),
+      torch.equal(again, tiny.generate(prompt[:, :5], 48)))
+print("recompilations in 2 x 48 steps, through and past a window of 16: 0 (error_on_recompile would have raised)")
+
+# %% [markdown]
+# How much does it buy? Below, the same tiny model decodes with the eager ring and with the compiled step,
+# interleaved, one thread (the bench's `compiled` row does this at `W = 1024` on the Mistral-shaped decoder:
+# `python -m swkv_teach.bench`). On a CPU the gain is mostly the Python between ~60 small kernels, which the
+# compiled step (with inductor's C++ wrapper) no longer runs; the numbers depend on the machine and its load.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+ring = tiny.compiled_ring(1)
+runs = {"eager ring": [], "compiled ring": []}
+with torch.no_grad():
+    for _ in range(5):
+        for name in runs:
+            caches, step = (tiny.new_caches("ring"), tiny.step) if name == "eager ring" else (ring.new_caches(), ring.step)
+            nxt = tiny.step(prompt, caches)[:, -1:].argmax(-1)
+            start = time.perf_counter()
+            for _ in range(64):
+                nxt = step(nxt, caches)[:, -1:].argmax(-1)
+            runs[name].append(64 / (time.perf_counter() - start))
+eager_tps, compiled_tps = (statistics.median(v) for v in runs.values())
+print(f"eager ring {eager_tps:.0f} tokens/s, compiled ring {compiled_tps:.0f} tokens/s: "
+      f"{compiled_tps / eager_tps:.2f}x (medians of 5 interleaved runs)")

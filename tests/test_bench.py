@@ -309,3 +309,24 @@ def test_the_bench_runs_on_one_thread_unless_told_otherwise():
 
     assert _parser().parse_args([]).threads == 1
     assert _parser().parse_args(["--threads", "4"]).threads == 4
+
+
+# ------------------------------------------------------------------ the compiled ring's row (issue 29)
+def test_the_compiled_ring_has_a_row_beside_the_eager_ring(quick_run):
+    """``cache_decode`` holds a ``compiled`` row at --quick's largest window (one compilation, in the uncounted
+    warm-up round): positive tokens/s, its ratios to the eager ring's row agree with the two rows' tokens/s, the
+    same greedy tokens as the eager ring, and a target reported (not judged: --quick)."""
+    _, _, result = quick_run
+    rows = {(r["window"], r["cache"]): r for r in result["cache_decode"]}
+    compiled = [r for r in result["cache_decode"] if r["cache"] == "compiled"]
+    assert [r["window"] for r in compiled] == [32], f"compiled rows at windows {[r['window'] for r in compiled]}"
+    row, ring = compiled[0], rows[(32, "ring")]
+    t = row["tokens_per_s"]
+    assert len(t["samples"]) == len(ring["tokens_per_s"]["samples"]) == 2  # --quick: 2 counted repeats
+    assert 0 < t["min"] <= t["median"] <= t["max"]
+    assert math.isclose(row["ratio_to_ring"], t["median"] / ring["tokens_per_s"]["median"], rel_tol=1e-9)
+    assert math.isclose(row["ratio_to_ring_best"], t["max"] / ring["tokens_per_s"]["max"], rel_tol=1e-9)
+    assert row["same_tokens_as_ring"] is True, "the compiled step decoded other greedy tokens than the eager ring"
+    assert row["warmup_s"] > 0 and row["threads"] == 1
+    target = result["targets"]["compiled_decode_vs_ring"]
+    assert target["value"] == row["ratio_to_ring"] and target["met"] is None

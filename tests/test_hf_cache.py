@@ -367,3 +367,183 @@ def test_bench_section_reports_every_implementation_and_judges_only_what_holds_a
     t = result["targets"]
     assert t["hf_same_tokens"]["met"] is True
     assert t["hf_ring_vs_dynamic"]["met"] is None and t["hf_ring_vs_static"]["met"] is None
+
+
+# ------------------------------------------ config fields and hooks, each held on 5.15 and the newest (issue 30)
+def test_refuses_a_window_the_config_switches_off():
+    """Qwen2's switch: ``use_sliding_window=False`` with a ``sliding_window`` still written in the config (as the
+    Qwen2.5 checkpoints ship theirs) means every layer attends to everything; a window cache there would drop keys
+    the model reads. Transformers nulls the field at construction, so it is set afterwards, as an older config
+    loaded field by field would have it."""
+    config = transformers.Qwen2Config(**DIMS, num_hidden_layers=2, use_sliding_window=False)
+    config.sliding_window = 6
+    model = transformers.Qwen2ForCausalLM(config).eval()
+    with pytest.raises(ValueError, match="use_sliding_window is False"):
+        hf_cache(model)
+    config.use_sliding_window = True  # the same model with its window switched on is served
+    assert len(hf_cache(model).layers) == 2
+
+
+def test_layer_types_longer_than_the_model_are_cut_to_its_layers():
+    """A model cut short (``num_hidden_layers`` lowered, as when trimming a checkpoint's layers) keeps a longer
+    ``layer_types``: the cache gets one layer per model layer, the first ``num_hidden_layers`` types, and
+    generates what HF's own cache does."""
+    config = transformers.Gemma2Config(**DIMS, num_hidden_layers=3, sliding_window=4, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.Gemma2ForCausalLM(config).eval()
+    config.layer_types = ["sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                          "sliding_attention"]
+    cache = hf_cache(model)
+    assert len(cache.layers) == 3, f"{len(cache.layers)} cache layers for a 3-layer model"
+    assert cache.is_sliding == [True, False, True]
+    ids = torch.randint(0, DIMS["vocab_size"], (1, 6), generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        ref = model.generate(ids, max_new_tokens=9, do_sample=False)
+        ours = model.generate(ids, max_new_tokens=9, do_sample=False, **{cache_kwarg(model): cache})
+    assert torch.equal(ours, ref)
+
+
+def test_the_guard_runs_once_a_forward_however_many_caches_were_made(monkeypatch):
+    """``hf_cache(model)`` installs its pre-forward check once per model: a model served many caches in turn
+    (one per request) must not pile up hooks, each of which would run the check again on every step."""
+    from swkv_teach.hf_cache import WindowCache
+
+    model = build("mistral", 5)
+    calls = []
+    check = WindowCache.check_call
+    monkeypatch.setattr(WindowCache, "check_call", lambda self, *a: (calls.append(1), check(self, *a))[1])
+    caches = [hf_cache(model) for _ in range(4)]
+    ids = torch.randint(0, DIMS["vocab_size"], (1, 3), generator=torch.Generator().manual_seed(6))
+    run(model, caches[-1], ids)
+    assert len(calls) == 1, f"the batch/padding check ran {len(calls)} times in one forward (one hook per call?)"
+
+
+def test_refuses_padding_passed_positionally():
+    """``model(input_ids, attention_mask, ...)``: the forward's second positional argument is the mask, in 5.15
+    as in the newest; a padded one is refused as the keyword one is, before any layer changes."""
+    model = model_for(CASES[0])
+    ids = torch.randint(0, DIMS["vocab_size"], (2, 4), generator=torch.Generator().manual_seed(7))
+    mask = torch.ones(2, 4, dtype=torch.long)
+    mask[0, 0] = 0
+    cache = hf_cache(model)
+    with pytest.raises(ValueError, match="padded batch"):
+        with torch.no_grad():
+            model(ids, mask, **{cache_kwarg(model): cache})
+    assert cache.get_seq_length() == 0
+    with torch.no_grad():  # an all-ones mask passed positionally is served
+        model(ids, torch.ones_like(mask), **{cache_kwarg(model): cache})
+    assert cache.get_seq_length() == 4
+
+
+@pytest.mark.parametrize("kind", ["sinks", "lru", "paged", "Ring", ""])
+def test_the_layer_itself_refuses_kinds_hf_masks_cannot_describe(kind):
+    """``WindowLayer`` is public: built directly, it refuses what ``hf_cache`` refuses (sinks and lru keep
+    positions (kv_length, kv_offset) cannot describe; paged serves batch 1)."""
+    with pytest.raises(ValueError, match="kind must be one of"):
+        WindowLayer(kind, 4)
+
+
+def test_reset_replaces_full_layers_even_where_their_reset_keeps_the_keys(monkeypatch):
+    """Regression, held on every version: transformers 5.15's ``DynamicLayer.reset`` is ``CacheLayerMixin.reset``,
+    which zeroes the keys in place and keeps them (cache_utils.py:87-91 there); the newest drops them. Give the
+    newest 5.15's reset, and a reset cache must still serve a new sequence exactly as a fresh cache does."""
+    from transformers.cache_utils import CacheLayerMixin
+
+    monkeypatch.setattr(DynamicLayer, "reset", CacheLayerMixin.reset)
+    model = model_for(CASES[2])  # Gemma 2: sliding, full, sliding
+    ids = torch.randint(0, DIMS["vocab_size"], (1, 7), generator=torch.Generator().manual_seed(9))
+    cache = hf_cache(model)
+    run(model, cache, ids[:, :5])
+    cache.reset()
+    assert cache.get_seq_length() == 0 and [layer.get_seq_length() for layer in cache.layers] == [0, 0, 0]
+    got = run(model, cache, ids)
+    assert torch.equal(got, run(model, hf_cache(model), ids))
+    assert [layer.get_seq_length() for layer in cache.layers] == [7, 7, 7]
+
+
+def test_cache_kwarg_names_the_keyword_the_forward_takes():
+    """Both spellings, whichever transformers is installed: ``cache`` (>= 5.2x) and ``past_key_values`` (5.15)."""
+    class New(torch.nn.Module):
+        def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, **kwargs):
+            return cache
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, **kwargs):
+            return past_key_values
+
+    assert cache_kwarg(New()) == "cache"
+    assert cache_kwarg(Old()) == "past_key_values"
+    model = model_for(CASES[0])  # and the installed model takes the cache by that keyword: it fills the cache
+    cache = hf_cache(model)
+    run(model, cache, torch.zeros(1, 3, dtype=torch.long))
+    assert cache.get_seq_length() == 3
+
+
+# ------------------------------------------------ the compileable ring layer (issue 29): transformers' static layer, no roll
+@pytest.mark.parametrize("window", [2, 3, 8])
+def test_compileable_ring_layer_reports_and_returns_what_hf_static_sliding_layer_does(window):
+    """Driven side by side with ``StaticSlidingWindowLayer`` through one-token steps and chunks (filling, crossing
+    and past the window): the same ``get_mask_sizes`` and ``get_seq_length`` before each update, the same keys
+    in the same order for chunks and while filling, the same keys in slot order for one token once full."""
+    from swkv_teach.hf_cache import CompileableRingLayer
+    from transformers.cache_utils import StaticSlidingWindowLayer
+
+    g = torch.Generator().manual_seed(window)
+    ours = CompileableRingLayer(max_cache_len=window, sliding_window=window)
+    hf = StaticSlidingWindowLayer(max_cache_len=window, sliding_window=window)
+    sizes = [1, 1, 1, 2, window, window + 3]
+    seen = 0
+    for step in range(60):
+        q = sizes[int(torch.randint(len(sizes), (1,), generator=g))]
+        assert ours.get_mask_sizes(q) == hf.get_mask_sizes(q) and ours.get_seq_length() == hf.get_seq_length() == seen
+        k, v = torch.randn(2, 2, 3, q, 4, generator=g)
+        k[..., 0] = torch.arange(seen, seen + q, dtype=torch.float)  # feature 0 carries the position
+        got_k, got_v = ours.update(k, v)
+        ref_k, ref_v = hf.update(k, v)
+        if q == 1 and seen >= window:  # slot order: position p in slot p % W
+            held = got_k[0, 0, :, 0].tolist()
+            assert held[seen % window] == seen, f"step {step}: position {seen} not in slot {seen % window}: {held}"
+            assert sorted(held) == list(range(seen - window + 1, seen + 1)), f"step {step}: holds {held}"
+            order = torch.argsort(got_k[0, 0, :, 0])
+            got_k, got_v = got_k.index_select(2, order), got_v.index_select(2, order)
+        torch.testing.assert_close(got_k, ref_k, rtol=0, atol=0, msg=f"keys differ at step {step} ({q} tokens)")
+        torch.testing.assert_close(got_v, ref_v, rtol=0, atol=0, msg=f"values differ at step {step} ({q} tokens)")
+        seen += q
+
+
+@pytest.mark.parametrize("prompt", [3, "2W+3"])
+def test_compileable_cache_generates_what_hf_static_cache_does(prompt):
+    """Eagerly (a CPU without a compile_config), ``generate`` with the compileable ring equals ``generate`` with
+    transformers' static cache, 5·W tokens past a window of 6 (Mistral, SDPA); ``is_compileable`` is True."""
+    from swkv_teach.hf_cache import hf_compileable_cache
+
+    model = model_for(CASES[0])
+    W = CASES[0][1]
+    T = 2 * W + 3 if prompt == "2W+3" else prompt
+    ids = torch.randint(0, DIMS["vocab_size"], (2, T), generator=torch.Generator().manual_seed(T))
+    cache = hf_compileable_cache(model)
+    assert cache.is_compileable
+    with torch.no_grad():
+        ref = model.generate(ids, max_new_tokens=5 * W, do_sample=False, cache_implementation="static")
+        ours = model.generate(ids, max_new_tokens=5 * W, do_sample=False, **{cache_kwarg(model): cache})
+    assert torch.equal(ours, ref)
+
+
+def test_compileable_cache_refuses_full_attention_layers():
+    from swkv_teach.hf_cache import hf_compileable_cache
+
+    with pytest.raises(ValueError, match="every layer slides"):
+        hf_compileable_cache(model_for(CASES[2]))
+
+
+@pytest.mark.slow
+def test_transformers_compiled_generate_takes_the_compileable_ring():
+    """transformers' compiled ``generate`` (allowed on a CPU through the CompileConfig) runs with our layer and
+    decodes the static cache's greedy tokens; the bench rows have their documented fields (never timed here)."""
+    from swkv_teach.bench.hf_cache import COMPILED_IMPLS, compiled_rows
+
+    rows = compiled_rows(window=8, new_tokens=12, repeats=1)
+    assert [r["impl"] for r in rows] == list(COMPILED_IMPLS)
+    assert all(r["same_tokens_as_static"] for r in rows)
+    assert all(r["us_per_step"]["median"] > 0 and len(r["us_per_step"]["samples"]) == 1 for r in rows)
+    assert rows[-1]["ratio_to_ring"] == 1.0

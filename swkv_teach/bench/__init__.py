@@ -42,7 +42,8 @@ judged in every run.
 * ``decode``: a row per (window, impl) with ``tokens_per_s`` and ``us_per_token`` {median, min, max,
   samples}, ``ratio_to_hf``, ``ratio_to_naive``, ``same_tokens`` (greedy tokens equal Hugging Face's)
   and, on CUDA, ``memory`` {steps, tokens_per_s, allocated {first, last, min, max}, flat, same_tokens};
-* ``cache_decode``: a row per (window, cache) with ``tokens_per_s``, ``ratio_to_ring``, ``same_tokens_as_ring``;
+* ``cache_decode``: a row per (window, cache) with ``tokens_per_s``, ``ratio_to_ring``, ``same_tokens_as_ring``,
+  ``warmup_s``; cache ``"compiled"`` is the ring's step under torch.compile (``--quick``: its largest window only);
 * ``serving``: ``one_by_one``, ``rows`` per concurrency (``tokens_per_s``, ``ratio_to_one_by_one``, ``steps``,
   ``same_as_solo``, ``peak_used_blocks``), ``trace`` (per step: blocks used, running, waiting), ``config``;
 * ``targets``: per target, ``value``, ``target``, ``met`` (None when not measured or not judged),
@@ -184,11 +185,13 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
         bar.close()
     # the speed targets were set for a full run on the default windows; elsewhere they are reported, not judged
     judged = not quick and sorted(windows) == sorted(FULL["windows"])
-    # issue 21: ring, paged and int8 decode on their own model (W = 64 and 1024, one thread); serving throughput
+    # issue 21: ring, paged and int8 decode on their own model (W = 64 and 1024, one thread), and the compiled ring
+    # (issue 29); serving throughput
     cache_decode = serving = None
     if wants_decode:
         cache_decode = decode_mod.cache_decode_rows(
-            **(dict(windows=(8, 32), new_tokens=16, repeats=2) if quick else {}), device=dev)
+            **(dict(windows=(8, 32), new_tokens=16, repeats=2, compiled_windows=(32,)) if quick else {}), device=dev,
+            kinds=decode_mod.BENCH_DECODE_KINDS)
         from swkv_teach.bench.serving import serving_throughput
 
         serving = serving_throughput(**(dict(concurrency=(1, 4), repeats=1, count=4) if quick else {}))

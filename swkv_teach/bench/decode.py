@@ -39,11 +39,22 @@ TINY = dict(
 # the decoder of issue 21's decode targets: Mistral-shaped, random weights, built here (no transformers)
 CACHE_DECODE_MODEL = dict(vocab_size=128, dim=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, hidden_dim=256)
 CACHE_DECODE_KINDS = ("ring", "paged", "int8")
+# the bench's run adds "compiled": the ring's one-token step under torch.compile (Decoder.compiled_ring, issue 29);
+# its compilation falls in the warm-up round, which is not counted
+BENCH_DECODE_KINDS = (*CACHE_DECODE_KINDS, "compiled")
+
+
+def _decoding(model, kind: str, batch: int):
+    """Fresh caches of ``kind`` and the function that feeds them one token: ``Decoder.step``, or the compiled ring's."""
+    if kind == "compiled":
+        ring = model.compiled_ring(batch)  # made once per model and batch: later rounds reuse its graph
+        return ring.new_caches(), ring.step
+    return model.new_caches(kind), model.step
 
 
 def cache_decode_rows(
     windows=(64, 1024), kinds=CACHE_DECODE_KINDS, new_tokens: int = 128, repeats: int = 15,
-    device: torch.device | str = "cpu", threads: int | None = 1,
+    device: torch.device | str = "cpu", threads: int | None = 1, compiled_windows=None,
 ) -> list[dict]:
     """Greedy decode tokens/s of the :class:`~swkv_teach.model.Decoder` with each cache kind, same weights.
 
@@ -54,7 +65,12 @@ def cache_decode_rows(
     ``window``, ``cache``, ``tokens_per_s`` {median, min, max, samples}, ``ratio_to_ring``
     (median / the ring's median), ``ratio_to_ring_best`` (fastest repeat / the ring's fastest),
     ``same_tokens_as_ring`` (greedy tokens equal to the ring's; int8 is lossy, so a flip there
-    is information, not a failure), ``threads``.
+    is information, not a failure), ``threads``, ``warmup_s`` (the uncounted first round: for
+    ``"compiled"``, mostly compilation).
+
+    ``"compiled"`` is the ring with its one-token step under ``torch.compile``
+    (:meth:`~swkv_teach.model.Decoder.compiled_ring`, the prompt eager), judged on its median ratio
+    at the largest window (issue 29: >= 2x the eager ring at W = 1024 on a CPU).
 
     The targets judge ``ratio_to_ring_best``: load from elsewhere only ever slows a repeat
     down, so the fastest repeat is the least disturbed ("the lowest value gives a lower bound
@@ -63,6 +79,8 @@ def cache_decode_rows(
     ``Lib/timeit.py``). On a busy 2-core machine the medians of 128-token runs swing by tens
     of per cent from run to run; the fastest repeats agree within a few.
     ``threads``: torch's intra-op threads during the run (restored after; None leaves them).
+    ``compiled_windows``: the windows at which ``"compiled"`` runs (None: all; ``--quick`` compiles
+    at its largest window only, one compilation).
     """
     from swkv_teach.model import Decoder, DecoderConfig  # the bench sits above the model
 
@@ -77,24 +95,26 @@ def cache_decode_rows(
             model = Decoder(DecoderConfig(**CACHE_DECODE_MODEL, window_size=W)).to(dev).eval()
             prompt = torch.randint(0, CACHE_DECODE_MODEL["vocab_size"], (1, W),
                                    generator=torch.Generator().manual_seed(W)).to(dev)
-            samples = {kind: [] for kind in kinds}
-            tokens = {}
+            here = [k for k in kinds if k != "compiled" or compiled_windows is None or W in compiled_windows]
+            samples = {kind: [] for kind in here}
+            tokens, warmup = {}, {}
             with torch.inference_mode():
-                for _ in range(repeats + 1):  # the first round warms up and is not counted
-                    for kind in kinds:
-                        caches = model.new_caches(kind)
+                for _ in range(repeats + 1):  # the first round warms up (and compiles) and is not counted
+                    for kind in here:
+                        caches, step = _decoding(model, kind, prompt.shape[0])
                         rec = _Recorder(model.step(prompt, caches)[:, -1:].argmax(-1), new_tokens)
                         synchronize(dev)
                         start = time.perf_counter()
                         for _ in range(new_tokens):
-                            rec.record(model.step(rec.next, caches))
+                            rec.record(step(rec.next, caches))
                         synchronize(dev)
                         samples[kind].append(new_tokens / (time.perf_counter() - start))
+                        warmup.setdefault(kind, time.perf_counter() - start)
                         tokens[kind] = rec.produced()
-            for kind in kinds:
+            for kind in here:
                 tps = Summary.of(samples[kind][1:])
                 rows.append({"window": W, "cache": kind, "tokens_per_s": tps.as_dict(), "new_tokens": new_tokens,
-                             "threads": torch.get_num_threads(),
+                             "threads": torch.get_num_threads(), "warmup_s": warmup[kind],
                              "same_tokens_as_ring": bool(torch.equal(tokens[kind], tokens["ring"]))
                              if "ring" in tokens else None})
             ring = next((r for r in rows if r["window"] == W and r["cache"] == "ring"), None)

@@ -9,6 +9,9 @@ Implementations, each run in turn ``repeats`` times (interleaved, so a busy mach
 * ``static``: ``cache_implementation="static"`` (its sliding layers ``roll`` the W-slot buffer, every step);
 * ``ring`` / ``naive`` / ``int8``: :func:`swkv_teach.hf.hf_cache` with that kind.
 
+:func:`compiled_rows` compares transformers' compiled ``generate`` with its static cache and with
+:func:`swkv_teach.hf_cache.hf_compileable_cache` (issue 29).
+
 Rows give the median step µs (median over repeats of each repeat's median), tokens/s, the ratio of each
 to ``ring`` (``dynamic / ring`` > 1: the ring is faster; also of the least disturbed repeats), whether the
 greedy tokens equal ``dynamic``'s, and the bytes each sliding layer holds after the run. Timings are never
@@ -24,7 +27,8 @@ import torch
 
 from swkv_teach.bench.measure import bytes_held
 
-__all__ = ["IMPLS", "SHAPE", "TARGETS", "hf_cache_rows", "section", "table", "tiny_mistral"]
+__all__ = ["COMPILED_IMPLS", "IMPLS", "SHAPE", "TARGETS", "compiled_rows", "hf_cache_rows", "section", "table",
+           "tiny_mistral"]
 
 IMPLS = ("dynamic", "static", "ring", "naive", "int8")
 # the issue's shape: Mistral-like, hidden 128, 2 layers, 4 query / 2 kv heads, head_dim 32
@@ -134,6 +138,48 @@ def hf_cache_rows(window: int = 1024, new_tokens: int = 256, repeats: int = 5, i
     return rows
 
 
+COMPILED_IMPLS = ("static", "ring")
+
+
+def compiled_rows(window: int = 1024, new_tokens: int = 64, repeats: int = 5, seed: int = 0, **shape) -> list[dict]:
+    """transformers' *compiled* ``generate`` (``CompileConfig(fullgraph=True, mode="default")``, allowed on a CPU)
+    with its static cache (``cache_implementation="static"``: the roll) and with
+    :func:`~swkv_teach.hf_cache.hf_compileable_cache` (the one-slot write), interleaved; a first untimed round
+    compiles both. Rows: ``impl``, median step µs, ``ratio_to_ring`` (static / ring: > 1, the ring is
+    faster), ``same_tokens_as_static``. Not part of ``swkv-teach bench`` (two compilations of the model's
+    forward, a minute or more on a busy CPU): ``python -m swkv_teach.bench.hf_cache --compiled``.
+    """
+    from transformers import CompileConfig
+
+    from swkv_teach.hf_cache import cache_kwarg, hf_compileable_cache
+
+    model = tiny_mistral(window, seed, **shape)
+    prompt = torch.randint(0, model.config.vocab_size, (1, window), generator=torch.Generator().manual_seed(seed))
+    config = CompileConfig(fullgraph=True, mode="default")
+    config._compile_all_devices = True  # transformers compiles generate on CUDA-like devices only, unless told
+    medians = {impl: [] for impl in COMPILED_IMPLS}
+    tokens = {}
+    for r in range(repeats + 1):
+        for impl in COMPILED_IMPLS:
+            clock = _StepClock()
+            kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, streamer=clock,
+                          compile_config=config)
+            if impl == "static":
+                kwargs["cache_implementation"] = "static"
+            else:
+                kwargs[cache_kwarg(model)] = hf_compileable_cache(model)
+            with torch.inference_mode():
+                tokens[impl] = model.generate(prompt, **kwargs)
+            if r:  # round 0 compiles
+                medians[impl].append(statistics.median(clock.steps_us()))
+    ring_us = statistics.median(medians["ring"])
+    return [{"impl": impl, "window": window, "new_tokens": new_tokens, "repeats": repeats, "compiled": True,
+             "us_per_step": {"median": statistics.median(medians[impl]), "min": min(medians[impl]),
+                             "max": max(medians[impl]), "samples": medians[impl]},
+             "ratio_to_ring": statistics.median(medians[impl]) / ring_us,
+             "same_tokens_as_static": bool(torch.equal(tokens[impl], tokens["static"]))} for impl in COMPILED_IMPLS]
+
+
 # judged as ratios within one run, in a full run only ("default"), or at any size ("any"), as in report.TARGETS
 TARGETS = {
     "hf_ring_vs_dynamic": ("HF generate µs/step with DynamicCache / with hf_cache ring", ">=", 1.04, "default"),
@@ -185,6 +231,13 @@ if __name__ == "__main__":
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--compiled", action="store_true",
+                   help="transformers' compiled generate: static cache against hf_compileable_cache")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    print(table(hf_cache_rows(a.window, a.new_tokens, a.repeats)))
+    if a.compiled:
+        for r in compiled_rows(a.window, min(a.new_tokens, 64), a.repeats):
+            print(f"{r['impl']:8} {r['us_per_step']['median']:9.0f} µs/step  x ring {r['ratio_to_ring']:.2f}  "
+                  f"same tokens as static: {r['same_tokens_as_static']}")
+    else:
+        print(table(hf_cache_rows(a.window, a.new_tokens, a.repeats)))

@@ -133,6 +133,33 @@ class RingBufferKVCache(KVCache):
         self._v_slots = self.v_buf.split(1, dim=2)
         self._whole = (self.k_buf, self.v_buf)
 
+    # ------------------------------------------------ a step torch.compile can capture (Decoder.compiled_ring)
+    def adopt(self, k_buf: torch.Tensor, v_buf: torch.Tensor) -> None:
+        """Keep this empty cache's tokens in ``k_buf``, ``v_buf`` ``(B, H, capacity, D)``, buffers made elsewhere.
+
+        A compiled step needs buffers at fixed addresses that outlive one sequence (CUDA graphs replay
+        reads and writes of the same memory), so the buffers belong to whoever compiled the step, and
+        each new sequence's cache adopts them. Their old contents are never read: a one-token
+        ``update`` returns only filled slots, and :func:`ring_slot_and_mask` masks the others.
+        """
+        if self._seen or self.k_buf is not None:
+            raise ValueError(f"adopt needs an empty cache; this one has seen {self._seen} tokens")
+        check_kv(k_buf, v_buf, None)
+        if k_buf.shape[2] != self.capacity:
+            raise ValueError(f"k_buf must hold capacity={self.capacity} slots in dim 2; got shape {tuple(k_buf.shape)}")
+        self._adopt(k_buf, v_buf)
+
+    def count_written(self) -> None:
+        """Count one token that a compiled step wrote into slot ``ring_slot_and_mask(seen)`` itself.
+
+        The compiled step cannot touch Python state (a graph replays tensor work only), so the caller
+        counts its token here afterwards, and ``seen``, ``positions`` and ``state_dict`` stay what
+        ``update`` would have made them.
+        """
+        if self.num_sinks:
+            raise ValueError("a compiled ring step writes slot position % W: it serves rings without sinks")
+        self._claim_slot()
+
     def _update_chunk(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         S, W, n = self.num_sinks, self.window_size, self._seen
         tokens = k_new.shape[2]
@@ -259,3 +286,18 @@ def check_ring_state(cache, sd: dict, buffers: tuple[str, ...], lay, last_dims: 
     p = sd["positions"]
     if not isinstance(p, torch.Tensor) or p.dim() != 1 or p.dtype != torch.long or len(p) > seen:
         raise ValueError(f"{name}: state['positions'] must be a 1-D long tensor of at most seen={seen} positions")
+
+
+def ring_slot_and_mask(position: torch.Tensor, window_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where one token at ``position`` goes in a ``window_size``-slot ring, and which slots it may attend to.
+
+    ``position``: a ``(1,)`` integer tensor, so that a compiled step reads it as data, never as a
+    Python number it would specialise (and recompile) on. Returns ``slot`` ``(1,)`` = ``position % W``
+    and ``visible`` ``(W,)`` bool: slot ``s`` holds a token once ``s <= position`` (the ring fills
+    slots 0, 1, ... in order, then overwrites), and every held token is inside the window
+    ``position - W < j <= position``, so ``visible`` is the whole mask: all True from ``W - 1`` on.
+    No Python branch on the position: one graph serves the first step and the millionth.
+    """
+    slot = position % window_size
+    visible = torch.arange(window_size, device=position.device) <= position
+    return slot, visible

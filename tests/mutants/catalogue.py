@@ -322,3 +322,73 @@ MUTANTS = [
       "out[\"flat\"] = min(readings) == max(readings)", "out[\"flat\"] = readings[0] == readings[-1]",
       "memory called flat when it rose and fell back", BENCH),
 ]
+
+# ---------------------------------------------------------------------------------------------------------
+# hf_cache.py (helper `compile`, issue 30's survivors): each must be killed by tests/test_hf_cache.py under the
+# newest transformers as well as under 5.15.0 (tools/hf_versions.sh runs the same file there).
+HF_CACHE = ["tests/test_hf_cache.py", "tests/test_hf_cache_batch.py"]
+MUTANTS += [
+    Mutant("hfc-use-sliding-window-ignored", "swkv_teach/hf_cache.py",
+           'if getattr(config, "use_sliding_window", True) is False:',
+           'if False and getattr(config, "use_sliding_window", True) is False:',
+           "a window the config switches off (Qwen2's use_sliding_window=False) is served as a window", HF_CACHE),
+    Mutant("hfc-layer-types-not-cut", "swkv_teach/hf_cache.py", "types = list(types)[:n]", "types = list(types)",
+           "a layer_types longer than num_hidden_layers makes one cache layer per listed type", HF_CACHE),
+    Mutant("hfc-hook-per-call", "swkv_teach/hf_cache.py",
+           'if isinstance(model, torch.nn.Module) and not getattr(model, "_swkv_guard", False):',
+           "if isinstance(model, torch.nn.Module):",
+           "a new forward pre-hook on every hf_cache(model) call: the check runs once per cache ever made", HF_CACHE),
+    Mutant("hfc-positional-mask-ignored", "swkv_teach/hf_cache.py",
+           'mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)',
+           'mask = kwargs.get("attention_mask")',
+           "a padded attention_mask passed positionally is not refused", HF_CACHE),
+    Mutant("hfc-layer-accepts-any-kind", "swkv_teach/hf_cache.py",
+           "        if kind not in HF_KINDS:\n            raise ValueError(f\"kind must be one of {HF_KINDS} (caches",
+           "        if False:\n            raise ValueError(f\"kind must be one of {HF_KINDS} (caches",
+           "WindowLayer built directly accepts sinks, lru and paged, which hf_cache refuses", HF_CACHE),
+    Mutant("hfc-reset-full-in-place", "swkv_teach/hf_cache.py",
+           "self.layers = [DynamicLayer() if isinstance(layer, DynamicLayer) else layer for layer in self.layers]",
+           "self.layers = list(self.layers)",
+           "WindowCache.reset resets full layers in place (5.15 keeps their zeroed keys) instead of replacing them",
+           HF_CACHE),
+    Mutant("hfc-cache-kwarg-swapped", "swkv_teach/hf_cache.py",
+           'return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"',
+           'return "past_key_values" if "cache" in inspect.signature(model.forward).parameters else "cache"',
+           "cache_kwarg answers the keyword the forward does not take", HF_CACHE),
+    Mutant("hfc-guard-batch-not-held", "swkv_teach/hf_cache.py",
+           "        elif batch != self.batch:", "        elif False:",
+           "a change of batch size mid-sequence is not refused", HF_CACHE),
+]
+
+# The compiled ring (helper `compile`, issue 29): the step's slot, mask and bookkeeping, in the library and in
+# hf_cache's compileable layer. Each run compiles the mutated step once (tens of seconds on a busy CPU).
+COMPILED_RING = ["tests/test_compiled_ring.py"]
+HF_COMPILEABLE = ["tests/test_hf_cache.py", "-k", "compileable"]
+MUTANTS += [
+    Mutant("ring-static-mask-hides-new-token", "swkv_teach/caches/ring.py",
+           "visible = torch.arange(window_size, device=position.device) <= position",
+           "visible = torch.arange(window_size, device=position.device) < position",
+           "the compiled step masks the slot it just wrote: the token does not attend to itself", COMPILED_RING),
+    Mutant("ring-static-mask-all-visible", "swkv_teach/caches/ring.py",
+           "visible = torch.arange(window_size, device=position.device) <= position",
+           "visible = torch.arange(window_size, device=position.device) >= 0",
+           "before the window fills, the compiled step attends to empty (zero) slots", COMPILED_RING),
+    Mutant("ring-static-slot-off-by-one", "swkv_teach/caches/ring.py", "    slot = position % window_size\n",
+           "    slot = (position + 1) % window_size\n",
+           "the compiled step writes the next slot, overwriting a key still in the window", COMPILED_RING),
+    Mutant("ring-count-written-forgets", "swkv_teach/caches/ring.py", "        self._claim_slot()\n",
+           "        pass\n", "a compiled step's token is never counted: seen and the position stay put",
+           COMPILED_RING),
+    Mutant("compiled-ring-stale-token", "swkv_teach/model.py", "        self.ids.copy_(input_ids)\n", "",
+           "the compiled step reads the token of the call before (its input buffer never refreshed)", COMPILED_RING),
+    Mutant("hfc-ring-slot-off-by-one", "swkv_teach/hf_cache.py", "slot = (self.cumulative_length % W).view(1)",
+           "slot = ((self.cumulative_length + 1) % W).view(1)",
+           "the compileable layer overwrites a key still in the window", HF_COMPILEABLE),
+    Mutant("hfc-ring-count-frozen", "swkv_teach/hf_cache.py", "            self.cumulative_length.add_(1)\n", "",
+           "the compileable layer's tensor count does not advance: every token lands in one slot", HF_COMPILEABLE),
+    Mutant("hfc-ring-chunk-chronological", "swkv_teach/hf_cache.py",
+           "self.keys.copy_(full_k[:, :, -W:].roll(total % W, dims=-2))",
+           "self.keys.copy_(full_k[:, :, -W:])",
+           "after a chunk the keys are stored in position order, not at p % W: later one-token writes hit the "
+           "wrong slot", HF_COMPILEABLE),
+]

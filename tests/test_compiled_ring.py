@@ -1,0 +1,165 @@
+"""The compiled ring (issue 29): one-token decode steps under ``torch.compile(fullgraph=True)``.
+
+Expectations come from the eager decoder (``Decoder.step`` over ordinary ring caches, itself held to
+the no-cache oracle in tests/test_model.py) and from hand-worked slots and masks. The compile test
+runs with ``torch._dynamo.config.error_on_recompile = True`` after ``torch._dynamo.reset()``: one
+graph must serve the first step, steps before the window fills, 300 steps past it, and a second
+``generate`` with another prompt length. Compiling takes tens of seconds on a busy CPU, so the
+model is small and compiled once per test file (the inductor cache makes later runs quicker).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from swkv_teach.caches import RingBufferKVCache
+from swkv_teach.caches.ring import ring_slot_and_mask
+from swkv_teach.model import Decoder, DecoderConfig
+
+W = 6
+ATOL = 1e-5
+
+
+def make_model(device="cpu", **overrides) -> Decoder:
+    torch.manual_seed(0)
+    model = Decoder(DecoderConfig(window_size=W, n_layers=3, **overrides))
+    with torch.no_grad():  # wide weights, so logits spread and a wrong key shows
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.15)
+    return model.to(device).eval()
+
+
+def ids(B: int, T: int, seed: int, device="cpu") -> torch.Tensor:
+    return torch.randint(0, 128, (B, T), generator=torch.Generator().manual_seed(seed)).to(device)
+
+
+# ------------------------------------------------------------------ the pieces, by hand
+def test_ring_slot_and_mask_by_hand():
+    """W = 3: position p goes to slot p % 3; slot s is visible once s <= p (slots fill 0, 1, 2, then wrap)."""
+    expected = {0: (0, [True, False, False]), 1: (1, [True, True, False]), 2: (2, [True, True, True]),
+                3: (0, [True, True, True]), 7: (1, [True, True, True]), 10**7: (10**7 % 3, [True] * 3)}
+    for p, (slot, visible) in expected.items():
+        got_slot, got_visible = ring_slot_and_mask(torch.tensor([p]), 3)
+        assert got_slot.tolist() == [slot], f"position {p}: slot {got_slot.tolist()}, expected [{slot}]"
+        assert got_visible.tolist() == visible, f"position {p}: visible {got_visible.tolist()}, expected {visible}"
+
+
+def test_an_adopting_ring_written_by_hand_equals_one_that_updates():
+    """``adopt`` + writing slot p % W + ``count_written`` leaves the ring as ``update`` would: buffers, seen,
+    positions, ordered keys and state_dict, step by step through two wraps."""
+    g = torch.Generator().manual_seed(5)
+    ref = RingBufferKVCache(4)
+    k_buf, v_buf = torch.zeros(2, 3, 4, 5), torch.zeros(2, 3, 4, 5)
+    ours = RingBufferKVCache(4)
+    ours.adopt(k_buf, v_buf)
+    prompt_k, prompt_v = torch.randn(2, 2, 3, 3, 5, generator=g)
+    ref.update(prompt_k, prompt_v)
+    ours.update(prompt_k, prompt_v)  # a chunk through the ordinary path, into the adopted buffers
+    for p in range(3, 13):
+        k, v = torch.randn(2, 2, 3, 1, 5, generator=g)
+        ref.update(k, v)
+        slot, _ = ring_slot_and_mask(torch.tensor([p]), 4)
+        k_buf.index_copy_(2, slot, k)
+        v_buf.index_copy_(2, slot, v)
+        ours.count_written()
+        assert ours.seen == ref.seen == p + 1
+        assert torch.equal(ours.k_buf, ref.k_buf) and torch.equal(ours.v_buf, ref.v_buf), f"buffers differ at {p}"
+        assert torch.equal(ours.positions, ref.positions), f"positions differ at {p}"
+    assert torch.equal(ours.ordered()[0], ref.ordered()[0])
+    sd, want = ours.state_dict(), ref.state_dict()
+    assert sd["seen"] == want["seen"] and torch.equal(sd["k"], want["k"]) and torch.equal(sd["positions"],
+                                                                                          want["positions"])
+
+
+def test_adopt_refuses_what_it_cannot_hold():
+    cache = RingBufferKVCache(4)
+    with pytest.raises(ValueError, match="capacity=4"):
+        cache.adopt(torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8))
+    cache.update(torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8))
+    with pytest.raises(ValueError, match="adopt needs an empty cache; this one has seen 1"):
+        cache.adopt(torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4, 8))
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda m, x: m.generate(x, 3, cache="naive", compile=True), "compile needs cache='ring'"),
+    (lambda m, x: m.generate(x, 3, compile=1), "compile must be False, True or a torch.compile mode"),
+    (lambda m, x: m.compiled_ring(0), "batch"),
+    (lambda m, x: m.compiled_ring(2).step(x[:, :1], m.new_caches()), "last new_caches"),
+    (lambda m, x: m.compiled_ring(2).step(x[:, :1], m.compiled_ring(2).new_caches()), "caches are empty"),
+    (lambda m, x: m.compiled_ring(2).step(x[:1, :1], m.compiled_ring(2).new_caches()), r"\(2, 1\) long tensor"),
+    (lambda m, x: m.compiled_ring(2).step(x[:, :2], m.compiled_ring(2).new_caches()), r"\(2, 1\) long tensor"),
+])
+def test_bad_arguments_are_refused_before_anything_compiles(call, match):
+    """Checked in Python before the graph runs (so these cost no compilation)."""
+    with pytest.raises(ValueError, match=match):
+        call(make_model(), ids(2, 4, 0))
+
+
+def test_earlier_caches_over_the_same_buffers_are_refused():
+    """The buffers are shared: a second ``new_caches`` empties them, so the first caches may not step."""
+    model = make_model()
+    ring = model.compiled_ring(2)
+    first = ring.new_caches()
+    model.step(ids(2, 3, 1), first)
+    ring.new_caches()
+    with pytest.raises(ValueError, match="last new_caches"):
+        ring.step(ids(2, 1, 2), first)
+
+
+# ------------------------------------------------------------------ compiled == eager, one graph
+@pytest.mark.slow
+def test_compiled_decode_equals_eager_and_never_recompiles():
+    """Batch 2, W = 6, 3 layers. Prompts of W - 1, W, W + 1 and 2W + 3 tokens (one chunk, eager), then
+    steps: the window fills, wraps, and 300 steps run past it. Under ``error_on_recompile`` every step of
+    every prompt uses the one graph compiled at the first; logits equal the eager ring's within 1e-5 at
+    every step, the greedy tokens equal eager ``generate``'s, and the caches end as the eager ones do."""
+    model = make_model()
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        ring = model.compiled_ring(2)
+        for n, prompt_len in enumerate([W - 1, W, W + 1, 2 * W + 3]):
+            prompt = ids(2, prompt_len, 10 + n)
+            eager, ours = model.new_caches("ring"), ring.new_caches()
+            want, got = model.step(prompt, eager)[:, -1:], model.step(prompt, ours)[:, -1:]
+            steps = 300 + W if n == 0 else 2 * W + 2
+            for s in range(steps):
+                nxt = want.argmax(-1)  # (2, 1): both sides are fed the eager greedy token
+                want, got = model.step(nxt, eager), ring.step(nxt, ours)
+                torch.testing.assert_close(got, want, rtol=0, atol=ATOL,
+                                           msg=f"prompt {prompt_len}, step {s} (position {prompt_len + s})")
+            for a, b in zip(ours, eager):
+                assert a.seen == b.seen == prompt_len + steps
+                assert torch.equal(a.stored_positions(), b.stored_positions())
+                torch.testing.assert_close(a.ordered()[0], b.ordered()[0], rtol=0, atol=ATOL)
+            assert a.k_buf is ring.k[-1], "the caches hold the compiled ring's own buffers"
+        # generate(compile=True) reuses that graph: the same tokens as eager generate, still no recompilation
+        for n, prompt_len in enumerate([W + 1, 3]):
+            prompt = ids(2, prompt_len, 20 + n)
+            want = model.generate(prompt, 40)
+            got = model.generate(prompt, 40, compile=True)
+            assert torch.equal(got, want), f"prompt {prompt_len}: compiled tokens differ from eager"
+        with torch.inference_mode():  # the caller's inference mode changes nothing either
+            assert torch.equal(model.generate(ids(2, 4, 30), 12, compile=True), model.generate(ids(2, 4, 30), 12))
+
+
+# ------------------------------------------------------------------ CUDA graphs
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs (mode='reduce-overhead') need a CUDA GPU")
+def test_cuda_graphs_decode_equals_eager_and_never_recompiles():
+    """``mode="reduce-overhead"``: the step is captured as a CUDA graph (fixed buffer addresses, position and
+    token as static inputs) and replayed; tokens and logits equal eager's, 300 steps past the window."""
+    model = make_model("cuda")
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        ring = model.compiled_ring(2, mode="reduce-overhead")
+        prompt = ids(2, W + 1, 3, "cuda")
+        eager, ours = model.new_caches("ring"), ring.new_caches()
+        want, got = model.step(prompt, eager)[:, -1:], model.step(prompt, ours)[:, -1:]
+        for s in range(300 + W):
+            nxt = want.argmax(-1)
+            want, got = model.step(nxt, eager), ring.step(nxt, ours)
+            torch.testing.assert_close(got, want, rtol=0, atol=ATOL, msg=f"step {s}")
+        prompt = ids(2, 5, 4, "cuda")
+        assert torch.equal(model.generate(prompt, 50, compile="reduce-overhead"), model.generate(prompt, 50))
