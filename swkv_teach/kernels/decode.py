@@ -53,8 +53,8 @@ from swkv_teach._validate import check_positive_int
 from swkv_teach.attention import _check_paged, paged_plan
 from swkv_teach.kernels import interpreted
 
-__all__ = ["attend_block", "decode_launch", "default_num_splits", "merge", "paged_decode", "split_blocks",
-           "window_span"]
+__all__ = ["attend_block", "decode_launch", "default_num_splits", "merge", "merge_pairs", "paged_decode",
+           "split_blocks", "window_span"]
 
 
 # ------------------------------------------------------------------ the two pieces exercise 12 asks for
@@ -158,7 +158,31 @@ def _combine_kernel(LSE, O, OUT, num_splits, stride_ob, stride_oh,
     tl.store(out, o.to(OUT.dtype.element_ty), mask=offs_d < HEAD_DIM)
 
 
+@triton.jit
+def _merge_pairs_kernel(LSE_A, O_A, LSE_B, O_B, LSE, O, merge: tl.constexpr, BLOCK_D: tl.constexpr):
+    i = tl.program_id(0)
+    offs_d = tl.arange(0, BLOCK_D)
+    lse, o = merge(tl.load(LSE_A + i), tl.load(O_A + i * BLOCK_D + offs_d),
+                   tl.load(LSE_B + i), tl.load(O_B + i * BLOCK_D + offs_d))
+    tl.store(LSE + i, lse)
+    tl.store(O + i * BLOCK_D + offs_d, o)
+
+
 # ------------------------------------------------------------------ Python side
+def merge_pairs(lse_a: torch.Tensor, o_a: torch.Tensor, lse_b: torch.Tensor, o_b: torch.Tensor,
+                merge=merge) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run a ``merge`` on ``n`` pairs of partial results, one program each: ``lse_x`` ``(n,)``, ``o_x`` ``(n, d)``.
+
+    ``d`` a power of two; float32. Returns the merged ``(lse (n,), o (n, d))``: how lesson 11 and
+    exercise 12's check call a merge on its own.
+    """
+    n, d = o_a.shape
+    args = [t.float().contiguous() for t in (lse_a, o_a, lse_b, o_b)]
+    lse, o = torch.empty_like(args[0]), torch.empty_like(args[1])
+    _merge_pairs_kernel[(n,)](*args, lse, o, merge=merge, BLOCK_D=d)
+    return lse, o
+
+
 def window_span(window_size: int | None, block_size: int, max_blocks_per_seq: int) -> int:
     """The most blocks one query's window can overlap: ``(W + 2 * bs - 2) // bs``, at most the table's width.
 
@@ -276,11 +300,4 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     if num_splits is None:
         num_splits = default_num_splits(B * q.shape[2], window_span(W, k_cache.shape[1], table.shape[1]), q.device)
     return decode_launch(q, k_cache, v_cache, seqlens.contiguous(), table, W, scale, num_splits)
-
-
-def _bytes_read(cache_seqlens, window_size, block_size, nheads_k, headdim, itemsize) -> int:
-    """Bytes of keys and values a decode step must read at least: each row's window, K and V, every kv head."""
-    seqlens = torch.as_tensor(cache_seqlens, dtype=torch.long).reshape(-1)
-    keys = seqlens if window_size is None else seqlens.clamp(max=window_size)
-    return int(keys.sum()) * 2 * nheads_k * headdim * itemsize
 
