@@ -224,6 +224,21 @@ def test_swkv_teach_imports_without_triton_and_paged_decode_says_how_to_install_
     assert "pip install" in out.stdout and "triton" in out.stdout
 
 
+def test_triton_imported_before_the_course_is_named_not_a_crash_inside_the_interpreter():
+    """Triton's own tl.sum is compiled-or-interpreted when triton is imported: too late to switch after it."""
+    code = ("import os, torch; os.environ.pop('TRITON_INTERPRET', None)\n"
+            "import triton\n"
+            "import swkv_teach.kernels as k\n"
+            "assert k.interpreted()\n"
+            "try:\n    k.paged_decode(None, None, None, 1, None)\nexcept RuntimeError as e:\n    print(e)\n")
+    if HAS_CUDA:
+        pytest.skip("with a GPU nothing is interpreted")
+    env = {key: val for key, val in os.environ.items() if key != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "import swkv_teach before triton" in out.stdout, out.stdout
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU: without one the kernel runs only in the interpreter")
 def test_compiled_on_cuda_over_several_shapes():
     if interpreted():
