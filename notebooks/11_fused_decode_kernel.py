@@ -84,7 +84,8 @@ print("Triton", triton.__version__, "|", "compiled for", torch.cuda.get_device_n
 # Milakov and Gimelshein (2018) derived it for softmax alone; Rabe and Staats (2021) and FlashAttention (Dao et
 # al., 2022) applied it to attention. Triton's fused-attention tutorial writes exactly these lines
 # (`_attn_fwd_inner`: `m_ij = max(m_i, rowmax)`, `alpha = exp2(m_i - m_ij)`, `l_i = l_i * alpha + l_ij`,
-# `acc = acc * alpha`). Ten scores, one-dimensional values, blocks of four:
+# `acc = acc * alpha`), and so will you, in Triton, in exercise 12 (section 2). Ten scores, one-dimensional values,
+# blocks of four:
 
 # %%
 s = torch.tensor([0.5, 2.0, -1.0, 0.3, 4.0, 1.0, -2.0, 3.5, 0.0, 5.0], dtype=torch.float64)

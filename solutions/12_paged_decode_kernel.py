@@ -50,8 +50,9 @@ print("Triton", triton.__version__, "|", "interpreter on the CPU" if interpreted
 # block of its split that overlaps the window, oldest first, passing:
 #
 # * `q`: `(BLOCK_D,)` float32, the query already multiplied by `softmax_scale`, zero past `HEAD_DIM`;
-# * `m_i`, `l_i`: float32 scalars, the running max and running sum; `acc`: `(BLOCK_D,)` float32, the
-#   accumulator `sum_j exp(s_j - m_i) v_j`;
+# * `m_i`, `l_i`: float32 scalars, the running max of the scores and the running sum `sum_j exp(s_j - m_i)`;
+#   `acc`: `(BLOCK_D,)` float32, the accumulator `sum_j exp(s_j - m_i) v_j`. Keep `m_i` in the scores' own
+#   units (natural exponentials): the skeleton stores `lse = m_i + log(l_i)`;
 # * `K`, `V`: the pools' base pointers, laid out `(num_blocks, block_size, nheads_k, headdim)`: slot `i` of pool
 #   block `block_id`, key/value head `kvh`, lane `d` is at `K + block_id * stride_block + i * stride_slot +
 #   kvh * stride_head + d` (the same offsets for `V`);
