@@ -144,6 +144,21 @@ def test_softmax_scale_and_an_int_cache_seqlens():
     assert torch.allclose(got[:, 0], want[:, :, 0], atol=1e-5)
 
 
+def test_views_a_caller_may_pass():
+    """q with headdim not contiguous; k and v as views into one (blocks, block_size, 2, heads, dim) buffer;
+    a transposed (non-contiguous) block table."""
+    g = torch.Generator().manual_seed(4)
+    kv = torch.randn(6, 16, 2, 2, 8, generator=g)
+    q = torch.randn(2, 4, 1, 8, generator=g).transpose(1, 2)  # (B, 1, H, D) view
+    q_odd = torch.randn(2, 1, 4, 8, 2, generator=g)[..., 0]  # headdim with stride 2
+    table = torch.tensor([[3, 0], [5, 1], [2, 4]]).t()  # (2, 3) non-contiguous
+    for qq in (q, q_odd):
+        got = paged_decode(qq, kv[:, :, 0], kv[:, :, 1], torch.tensor([20, 30]), table, window_size=12, num_splits=2)
+        want = paged_attention(qq.contiguous(), kv[:, :, 0].contiguous(), kv[:, :, 1].contiguous(),
+                               torch.tensor([20, 30]), table.contiguous(), window_size=12)
+        assert torch.allclose(got, want, atol=1e-5)
+
+
 # ------------------------------------------------------------------ the grid
 def test_the_grid_depends_on_the_window_not_the_sequence_length():
     """Rows of 100 and of a million and four tokens (same offset in their last block) get the same programs, each

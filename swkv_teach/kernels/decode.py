@@ -239,6 +239,8 @@ def decode_launch(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table:
     """
     B, _, H, D = q.shape
     n_blocks, bs, Hk, _ = k_cache.shape
+    if q.stride(-1) != 1:
+        q = q.contiguous()  # the kernel reads headdim as contiguous lanes
     if k_cache.stride(-1) != 1 or v_cache.stride() != k_cache.stride():
         # the kernel walks both pools with one set of strides over a contiguous headdim
         k_cache, v_cache = k_cache.contiguous(), v_cache.contiguous()
