@@ -36,7 +36,7 @@ import warnings
 import torch
 
 from swkv_teach.attention import paged_attention
-from swkv_teach.grading._own import refuse_library
+from swkv_teach.grading._own import is_own
 from swkv_teach.grading._report import call, fail, passed, show
 
 NAME = "check_paged_decode_kernel"
@@ -323,8 +323,14 @@ def check_paged_decode_kernel(attend_block, merge=None) -> None:
     from swkv_teach.kernels.decode import attend_block as own_attend, merge as own_merge
 
     attend, merge = _unpack(attend_block, merge)
-    refuse_library(NAME, attend, own_attend, "attend_block")
-    refuse_library(NAME, merge, own_merge, "merge")
+    for answer, own in ((attend, own_attend), (merge, own_merge)):
+        if is_own(answer, own):
+            raise fail(f"{NAME}(attend_block, merge)",
+                       f"this {own.__name__} is the library's own swkv_teach.kernels.decode.{own.__name__}, the very "
+                       "function the check's kernel uses: it passes by definition and shows nothing about yours.",
+                       hint=f"pass the {own.__name__} you wrote in the cell above. If you did write one, an import "
+                       f"that ran after it (from swkv_teach.kernels.decode import {own.__name__}) replaced it: run "
+                       "your cell again.")
     device = torch.device("cuda" if torch.cuda.is_available() and not kernels.interpreted() else "cpu")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the interpreter's NumPy warns on log(0) and exp overflow
