@@ -4,6 +4,7 @@ Window convention (one rule, everywhere; details in :mod:`swkv_teach.masks`):
 with window ``W`` the query at position ``i`` attends to keys ``i - W < j <= i``.
 """
 
+from swkv_teach import kernels  # noqa: F401  first: without a GPU it sets TRITON_INTERPRET before triton loads
 from swkv_teach.attention import attention, attention_with_cache, cached_attention, sliding_window_attention
 from swkv_teach.caches import (
     CACHE_KINDS,

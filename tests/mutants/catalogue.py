@@ -392,3 +392,23 @@ MUTANTS += [
            "after a chunk the keys are stored in position order, not at p % W: later one-token writes hit the "
            "wrong slot", HF_COMPILEABLE),
 ]
+
+# ------------------------------------------------------------- helper `kernel`: swkv_teach/kernels (lesson 11)
+KERNELS = ["tests/test_kernels.py"]
+_DECODE = "swkv_teach/kernels/decode.py"
+MUTANTS += [
+    M("kernel-window-lo-plus-one", _DECODE, "    lo = tl.maximum(hi - window, 0)", "    lo = tl.maximum(hi - window + 1, 0)",
+      "the kernel's window holds W - 1 keys", KERNELS),
+    M("kernel-values-load-unmasked", _DECODE,
+      "    v = tl.load(V + ptrs, mask=load, other=0.0).to(tl.float32)",
+      "    v = tl.load(V + ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0.0).to(tl.float32)",
+      "values past cache_seqlens and before the window are read (0 * NaN)", KERNELS),
+    M("kernel-acc-not-rescaled", _DECODE, "acc * alpha + tl.sum(p[:, None] * v, 0)", "acc + tl.sum(p[:, None] * v, 0)",
+      "the accumulator keeps the old max's scale when a block raises it", KERNELS),
+    M("kernel-gqa-modulo", _DECODE, "(head // GROUP) * stride_head", "(head % GROUP) * stride_head",
+      "query head h reads kv head h % GROUP", KERNELS),
+    M("kernel-merge-no-inf-guard", _DECODE, "    m = tl.where(m == float(\"-inf\"), 0.0, m)  # both empty",
+      "    m = m  # both empty", "two empty splits merge to NaN", KERNELS),
+    M("kernel-splits-floor", _DECODE, "    per = -(-span // num_splits)\n    window =", "    per = max(1, span // num_splits)\n    window =",
+      "blocks per split rounded down: the oldest blocks of a window are never read", KERNELS),
+]

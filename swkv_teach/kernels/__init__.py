@@ -1,0 +1,65 @@
+"""Triton kernels: the one package of swkv_teach that imports ``triton``.
+
+:func:`paged_decode` is the decode step of :func:`swkv_teach.attention.paged_attention`
+(one query per sequence) written as a split-KV ("flash-decoding") Triton kernel; lesson 11
+builds it up and exercise 12 has you write its inner loop and its combine.
+
+Where it runs. With a CUDA GPU, Triton compiles the kernel for it. Without one, importing this
+package sets ``TRITON_INTERPRET=1`` (unless you set it yourself) *before* any kernel is defined,
+so Triton runs the same kernel in its interpreter on CPU tensors, program after program, in
+NumPy: exact enough to test against the reference, far too slow to time.
+:func:`interpreted` says which of the two you get.
+
+Importing :mod:`swkv_teach` never imports Triton; this package imports it only when a kernel is
+first called, so without Triton installed the call says how to install it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+__all__ = ["INSTALL_HINT", "available", "interpreted", "paged_decode"]
+
+INSTALL_HINT = ("paged_decode needs Triton (Linux): pip install 'swkv-teach[test]', or pip install triton "
+                "(Colab's GPU runtime ships it already)")
+
+# Triton decides compiled-or-interpreted when each @triton.jit function is defined (triton 3.9:
+# runtime/jit.py, ``jit`` reads ``knobs.runtime.interpret`` in its decorator), its own library
+# (tl.sum, tl.zeros, ...) included, so the variable must be set before anything imports triton:
+# ``import swkv_teach`` imports this package first thing for that reason.
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+
+def interpreted() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET`` set), False when it compiles."""
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
+
+
+def available() -> bool:
+    """True when Triton is installed (the kernels can run)."""
+    try:
+        return importlib.util.find_spec("triton") is not None
+    except ValueError:  # a module set to None in sys.modules (how tests hide an installed package)
+        return False
+
+
+def paged_decode(q, k_cache, v_cache, cache_seqlens, block_table, window_size=None, softmax_scale=None,
+                 num_splits=None):
+    """One decode step of paged sliding-window attention in Triton: see :func:`swkv_teach.kernels.decode.paged_decode`."""
+    try:
+        import triton.language as tl
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "triton":
+            raise
+        raise ModuleNotFoundError(INSTALL_HINT) from None
+    if interpreted() and type(tl.standard.sum).__name__ != "InterpretedFunction":
+        raise RuntimeError("triton was imported before TRITON_INTERPRET=1 was set, so its own functions (tl.sum, "
+                           "...) cannot run in the interpreter: import swkv_teach before triton (or torch._inductor), "
+                           "or start Python with TRITON_INTERPRET=1 set")
+    from swkv_teach.kernels.decode import paged_decode as run
+
+    return run(q, k_cache, v_cache, cache_seqlens, block_table, window_size, softmax_scale, num_splits)
