@@ -259,7 +259,12 @@ def build(jobs: str = "1") -> int:
     found = course_pages()
     for path in found["lessons"] + found["exercises"]:  # the "Download .ipynb" links: the stored notebooks
         copy_if_changed(ROOT / path, OUT / path)
+    if (OUT / "_sources").is_dir() and not any((OUT / "_sources").iterdir()):
+        (OUT / "_sources").rmdir()  # html_copy_source is off; Sphinx makes the folder anyway
     warnings = WARNINGS.read_text().strip() if WARNINGS.is_file() else ""
+    # name the course's file, not its staged copy (the line numbers of a notebook count its JSON lines)
+    warnings = warnings.replace(f"{STAGE}/index.md", "README.md").replace(f"{STAGE}/", "")
+    WARNINGS.write_text(warnings + "\n" if warnings else "")
     print(f"site: {len(pages)} pages in {time.monotonic() - start:.0f} s -> {OUT.relative_to(ROOT)}/index.html"
           + (f"; Sphinx warned ({WARNINGS.relative_to(ROOT)}):\n{warnings}" if warnings else "; no warnings"))
     return 0

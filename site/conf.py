@@ -19,7 +19,6 @@ nb_execution_mode = "off"
 # No widget state is stored, so the widget manager's JavaScript (from a CDN) would draw nothing: not loaded.
 nb_ipywidgets_js = {}
 myst_heading_anchors = 3  # links such as cheatsheet.md#the-chunk-contract
-myst_enable_extensions = ["colon_fence"]
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
 exclude_patterns = []
 
@@ -43,3 +42,5 @@ html_copy_source = False
 html_show_sourcelink = False
 html_last_updated_fmt = None
 html_favicon = "_static/favicon.svg"  # without one the browser asks for /favicon.ico and logs a 404
+# Search ties are broken by file name and lessons first (site/search_scorer.js says why); Sphinx opens it from cwd.
+html_search_scorer = str(Path(__file__).resolve().parent / "search_scorer.js")
