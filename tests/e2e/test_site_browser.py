@@ -9,10 +9,12 @@ Builds the site once per session (site/build_site.py: about 15 s, no kernel star
 - search finds the right lessons; the sidebar and the next links list lessons and exercises in path order;
 - no solution code: the lines between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` in solutions/*.py occur
   in no built file (except lines the course publishes anyway: in a lesson, or in the exercise's statement);
-- each notebook page links Colab (the notebook's own badge target) and its stored .ipynb; widgets show a note;
+- each lesson shows its stored figures and printed outputs; widgets show a note saying they need a kernel;
+- each notebook page links Colab (the notebook's own badge target) and its stored .ipynb;
 - at phone width (390 px) no lesson scrolls sideways; wide code and tables scroll inside their box.
 
-Screenshots go to test-artifacts/site/. Skips without chromium or the site extra unless SWKV_REQUIRE_E2E=1.
+The browser tests are marked e2e. Screenshots (home; lesson 3 at phone width) go to test-artifacts/site/.
+Skips without chromium or the site extra (pip install -e '.[site]') unless SWKV_REQUIRE_E2E=1.
 """
 
 from __future__ import annotations
@@ -166,6 +168,23 @@ def test_each_notebook_page_links_colab_and_its_ipynb(site):
             f"{page_of(nb)}: 'Download' does not serve the stored {rel(nb)}"
         badges = [ref for tag, key, ref, _ in parse(page).refs if tag == "img" and ref.endswith("colab-badge.svg")]
         assert badges and not urlsplit(badges[0]).netloc, f"{page_of(nb)}: the Colab badge is not the shipped one"
+
+
+def test_each_lesson_shows_its_stored_figures_and_printed_outputs(site):
+    """Nothing is executed, so the page must carry what the stored notebook holds: each figure as an image, each
+    printed output's lines."""
+    for nb in LESSONS:
+        outputs = [out for cell in json.loads(nb.read_text())["cells"] for out in cell.get("outputs", [])]
+        figures = sum(any(k.startswith("image/") for k in out.get("data", {})) for out in outputs)
+        page = (site / page_of(nb)).read_text()
+        assert len(re.findall(r'<img[^>]+src="\.\./_images/', page)) == figures, f"{page_of(nb)}: {figures} figures stored"
+        text = _readable_text(site / page_of(nb))
+        for out in outputs:
+            plain_only = set(out.get("data", {})) == {"text/plain"}  # else the page shows the richer form
+            printed = "".join(out.get("text", "")) or ("".join(out["data"]["text/plain"]) if plain_only else "")
+            lines = [" ".join(x.split()) for x in printed.splitlines() if x.strip() and "\x1b" not in x]
+            missing = [x for x in lines[:3] if x not in text]
+            assert not missing, f"{page_of(nb)}: printed output missing from the page: {missing}"
 
 
 def test_widgets_show_a_note_not_an_empty_box(site):
@@ -324,6 +343,7 @@ IMAGES = """async () => Promise.all([...document.images].map(img => {
 }))"""
 
 
+@pytest.mark.e2e
 def test_every_page_loads_cleanly_with_its_images(site, server, chromium):
     w = Watch(chromium, server)
     bad = []
@@ -339,6 +359,7 @@ def test_every_page_loads_cleanly_with_its_images(site, server, chromium):
     assert not bad, f"{len(bad)} problems:\n" + "\n".join(bad[:40])
 
 
+@pytest.mark.e2e
 def test_sidebar_lists_the_course_in_path_order(site, server, chromium):
     w = Watch(chromium, server)
     try:
@@ -374,6 +395,7 @@ def search(w: Watch, query: str, typed: bool = False) -> list[str]:
     return [urlsplit(h).path for h in hrefs]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("query, number, within, typed", [
     ("ring buffer", "03", 10, True), ("torchrun", "10", 3, False), ("EvictionExplorer", "02", 3, False)])
 def test_search_finds_the_lesson(site, server, chromium, query, number, within, typed):
@@ -392,7 +414,8 @@ def test_search_finds_the_lesson(site, server, chromium, query, number, within, 
 # Everything in the article ends inside the screen, or sits in a box of the article (a code block, a table, an
 # output) that scrolls sideways and itself fits the screen.
 WIDTHS = """() => {
-    const vw = window.innerWidth, article = document.querySelector('.bd-article');
+    const vw = window.innerWidth;
+    const article = document.querySelector('.bd-article') || document.querySelector('main') || document.body;
     const scrolls = e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
     const inScroller = e => {
         for (let a = e.parentElement; a && a !== article; a = a.parentElement)
@@ -403,27 +426,31 @@ WIDTHS = """() => {
         const r = e.getBoundingClientRect();
         return r.width > 0 && r.right > vw + 1 && !inScroller(e);
     });
-    return {doc: document.documentElement.scrollWidth, body: document.body.scrollWidth, view: vw,
+    const scrolling = [...article.querySelectorAll('pre, table, .cell_output')]
+        .filter(e => e.scrollWidth > e.clientWidth + 1 && scrolls(e)).length;
+    return {doc: document.documentElement.scrollWidth, body: document.body.scrollWidth, view: vw, scrolling,
             out: out.slice(0, 8).map(e => `<${e.tagName.toLowerCase()} class="${e.className}"> `
                                          + e.textContent.trim().slice(0, 60))};
 }"""
 
 
+@pytest.mark.e2e
 def test_phone_width_nothing_scrolls_the_page_sideways(site, server, chromium):
     """390 px wide: the page body fits; code and tables wider than the screen scroll inside their own box."""
     w = Watch(chromium, server, viewport=PHONE)
-    bad = []
+    bad, scrolling = [], 0
     try:
-        for nb in LESSONS + [ROOT / "README.md"]:
-            path = "index.html" if nb.name == "README.md" else page_of(nb)
+        for path in built_pages(site):
             page = w.goto(path)
             sizes = page.evaluate(WIDTHS)
             if max(sizes["doc"], sizes["body"]) > sizes["view"]:
                 bad.append(f"{path}: the page is {max(sizes['doc'], sizes['body'])} px wide at {sizes['view']} px")
             bad += [f"{path}: sticks out of the screen, in no box that scrolls: {b}" for b in sizes["out"]]
             bad += [f"{path}: {p}" for p in w.problems]
-            if nb.name.startswith("03_"):
+            scrolling += sizes["scrolling"]
+            if path == page_of(lesson("03")):
                 page.screenshot(path=str(ARTIFACTS / "lesson03_phone.png"))
     finally:
         w.close()
     assert not bad, "\n".join(bad[:40])
+    assert scrolling > 0, "no code block is wider than a phone: the check above saw nothing to scroll"
