@@ -59,7 +59,8 @@ def repo_url() -> str:
 
 def colab_url(rel_path: str) -> str:
     """The target of a notebook's own "Open in Colab" badge (tools/nbtools.py's colab_url)."""
-    return f"https://colab.research.google.com/github/{repo_url().replace('https://github.com/', '')}/blob/main/{rel_path}"
+    owner_name = repo_url().replace("https://github.com/", "")
+    return f"https://colab.research.google.com/github/{owner_name}/blob/main/{rel_path}"
 
 
 def site_requirements() -> list[str]:
@@ -72,7 +73,9 @@ def site_requirements() -> list[str]:
 
 def course_pages() -> dict[str, list[str]]:
     """Repository-relative paths of what the site shows, each list in path order."""
-    rel = lambda paths: [p.relative_to(ROOT).as_posix() for p in sorted(paths)]  # noqa: E731
+    def rel(paths) -> list[str]:
+        return [p.relative_to(ROOT).as_posix() for p in sorted(paths)]
+
     return {
         "lessons": rel((ROOT / "notebooks").glob("*.ipynb")),
         "exercises": rel((ROOT / "exercises").glob("*.ipynb")),
@@ -107,7 +110,10 @@ class Linker:
             on_disk = ROOT / full
             if on_disk.is_dir() or path.endswith("/"):
                 page = FOLDER_PAGES.get(full)
-                new = (posixpath.relpath(page, staged_here or ".") + frag) if page else f"{repo_url()}/tree/main/{full}"
+                if page in self.pages:
+                    new = posixpath.relpath(page, staged_here or ".") + frag
+                else:
+                    new = f"{repo_url()}/tree/main/{full}"
             elif staged_name(full) in self.pages:
                 new = posixpath.relpath(staged_name(full), staged_here or ".") + frag
             elif on_disk.is_file() and m.group(1).startswith("!"):

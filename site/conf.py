@@ -16,11 +16,12 @@ extensions = ["myst_nb", "sphinx.ext.githubpages"]  # githubpages: writes .nojek
 
 # The notebooks are shown as stored (executed by tools/build.py); no kernel starts here.
 nb_execution_mode = "off"
-# No widget state is stored, so the widget manager's JavaScript (from a CDN) would draw nothing: not loaded.
+# myst-nb loads the widget manager from CDNs (require.js, @jupyter-widgets/html-manager) for a notebook that stores
+# widget state (myst_nb/core/render.py, render_nb_finalise). Ours store none; should one ever, the offline site
+# still fetches nothing from elsewhere. site/build_site.py turns each widget's output into a note instead.
 nb_ipywidgets_js = {}
 myst_heading_anchors = 3  # links such as cheatsheet.md#the-chunk-contract
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
-exclude_patterns = []
 
 html_theme = "sphinx_book_theme"
 html_theme_options = {
@@ -34,7 +35,7 @@ html_theme_options = {
     # the book theme keeps search in its sidebar; newer pydata themes also put a search field in a top bar
     "navbar_persistent": [],
 }
-# Without a default mode the theme logs a console error on every page.
+# Without a default mode the theme logs "Got invalid theme mode: . Resetting to auto." on every page.
 html_context = {"default_mode": "light"}
 html_static_path = ["_static"]
 html_css_files = ["swkv.css"]

@@ -161,8 +161,8 @@ def test_each_notebook_page_links_colab_and_its_ipynb(site):
         own = re.search(r"\]\((https://colab\.research\.google\.com/github/[^)]+)\)", badge)
         assert own, f"{rel(nb)}'s first cell has no Colab badge"
         links = {cls: ref for tag, key, ref, cls in parse(page).refs if tag == "a" and cls.startswith("swkv-")}
-        assert links.get("swkv-colab") == own.group(1) == colab_url(rel(nb)), (
-            f"{page_of(nb)}: Colab link {links.get('swkv-colab')!r}, badge {own.group(1)!r}, nbtools {colab_url(rel(nb))!r}")
+        assert links.get("swkv-colab") == own.group(1) == colab_url(rel(nb)), (f"{page_of(nb)}: Colab link "
+            f"{links.get('swkv-colab')!r}, badge {own.group(1)!r}, nbtools {colab_url(rel(nb))!r}")
         download = page.parent / links.get("swkv-download", "?")
         assert download.is_file() and download.read_bytes() == nb.read_bytes(), \
             f"{page_of(nb)}: 'Download' does not serve the stored {rel(nb)}"
@@ -177,7 +177,8 @@ def test_each_lesson_shows_its_stored_figures_and_printed_outputs(site):
         outputs = [out for cell in json.loads(nb.read_text())["cells"] for out in cell.get("outputs", [])]
         figures = sum(any(k.startswith("image/") for k in out.get("data", {})) for out in outputs)
         page = (site / page_of(nb)).read_text()
-        assert len(re.findall(r'<img[^>]+src="\.\./_images/', page)) == figures, f"{page_of(nb)}: {figures} figures stored"
+        shown = len(re.findall(r'<img[^>]+src="\.\./_images/', page))
+        assert shown == figures, f"{page_of(nb)}: {figures} figures stored, {shown} on the page"
         text = _readable_text(site / page_of(nb))
         for out in outputs:
             plain_only = set(out.get("data", {})) == {"text/plain"}  # else the page shows the richer form
