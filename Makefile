@@ -6,7 +6,7 @@ VENV       ?= .venv
 BIN        := $(VENV)/bin
 # CI sets TORCH_SPEC=torch==2.13.0 (a local CPU wheel); elsewhere pip picks the platform's build.
 TORCH_SPEC ?= torch
-EXTRAS     ?= test,hf
+EXTRAS     ?= test,hf,site
 PYTEST_ARGS ?=
 # One BLAS/OpenMP thread per process: the tests start kernels beside pytest, and on a
 # 2-core machine two threads per process fight each other (measured: 8x slower).
@@ -15,7 +15,7 @@ NBVAL      := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.c
 # JupyterLab refuses to run as root without this (containers, Colab-like VMs).
 ROOT_FLAG  := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test gpu-check exercises bench mutation clean
+.PHONY: lab test gpu-check exercises bench mutation site clean
 
 $(BIN)/python:
 	@$(PYTHON) -c "import sys; sys.exit(0 if sys.version_info >= (3, 10) else 'swkv-teach needs Python >= 3.10; $(PYTHON) is ' + sys.version.split()[0] + ' (try: make PYTHON=python3.11 ...)')"
@@ -46,6 +46,15 @@ exercises: $(VENV)/.installed-lab
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m swkv_teach.bench
+
+# The course as a website in build/site/ (index.html), from the stored notebooks: no kernel starts. Installs only
+# the site extra (Sphinx, myst-nb, the book theme), not torch. tests/e2e/test_site_browser.py builds it too.
+site: $(VENV)/.installed-site
+	$(BIN)/python site/build_site.py
+
+$(VENV)/.installed-site: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install $$($(BIN)/python site/build_site.py --requirements)
+	touch $@
 
 # On demand, not in every CI run (slow: one pytest run per mutant). Plants each mutant of
 # tests/mutants/catalogue.py in a temporary copy of the project and reports the kill rate.

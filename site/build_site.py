@@ -1,0 +1,291 @@
+"""Build the course website into build/site/ from the stored, executed notebooks (nothing is executed).
+
+    python site/build_site.py                 # stage the pages into build/site-src/, then run Sphinx
+    python site/build_site.py --requirements  # print pyproject's `site` extra (what `make site` installs)
+
+Staging copies the course's files, never edits them:
+
+* README.md becomes the home page (``index.md``), with the course's table of contents appended;
+* every lesson ``notebooks/*.ipynb`` and every exercise statement ``exercises/*.ipynb``, in path order, found
+  by globbing (a new lesson appears without an edit here); ``solutions/`` is never read;
+* ``notebooks/README.md`` (the lessons' index) and ``docs/*.md`` (cheat sheet, glossary, references).
+
+On the way, each notebook's "Open in Colab" header cell becomes a bar with the same Colab target (made from
+pyproject's ``[project.urls] Repository``, as tools/nbtools.py makes the badge) beside a link to download the
+``.ipynb``; the set-up cell, which only matters in a kernel, is dropped; a widget's output, which needs a kernel
+(the notebooks store no widget state), becomes a note saying so. Links that work in a clone but not on a website
+are rewritten: a link to a page of the site stays relative, a folder of lessons or exercises goes to its index
+page, any other file or folder of the repository goes to GitHub.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import posixpath
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = ROOT / "site"
+STAGE = ROOT / "build" / "site-src"
+OUT = ROOT / "build" / "site"
+DOCTREES = ROOT / "build" / "site-doctrees"
+WARNINGS = ROOT / "build" / "site-warnings.txt"
+
+HEADER_TAG = "swkv-header"  # tools/nbtools.py tags the badge and set-up cells with it
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s]+)(\))")
+# a folder of the course that has a page on the site
+FOLDER_PAGES = {"notebooks": "notebooks/README.md", "exercises": "exercises/index.md"}
+
+
+def pyproject() -> str:
+    return (ROOT / "pyproject.toml").read_text()
+
+
+def repo_url() -> str:
+    """The repository address written once in pyproject.toml (``[project.urls] Repository``)."""
+    m = re.search(r'^Repository\s*=\s*"([^"]+)"', pyproject(), re.M)
+    if not m:
+        raise SystemExit("pyproject.toml has no [project.urls] Repository line")
+    return m.group(1).rstrip("/")
+
+
+def colab_url(rel_path: str) -> str:
+    """The target of a notebook's own "Open in Colab" badge (tools/nbtools.py's colab_url)."""
+    owner_name = repo_url().replace("https://github.com/", "")
+    return f"https://colab.research.google.com/github/{owner_name}/blob/main/{rel_path}"
+
+
+def site_requirements() -> list[str]:
+    """pyproject's ``site`` extra, so `make site` installs only what the build needs (no torch)."""
+    m = re.search(r"^site\s*=\s*\[([^\]]*)\]", pyproject(), re.M)
+    if not m:
+        raise SystemExit("pyproject.toml has no `site` extra")
+    return re.findall(r'"([^"]+)"', m.group(1))
+
+
+def course_pages() -> dict[str, list[str]]:
+    """Repository-relative paths of what the site shows, each list in path order."""
+    def rel(paths) -> list[str]:
+        return [p.relative_to(ROOT).as_posix() for p in sorted(paths)]
+
+    return {
+        "lessons": rel((ROOT / "notebooks").glob("*.ipynb")),
+        "exercises": rel((ROOT / "exercises").glob("*.ipynb")),
+        "docs": rel((ROOT / "docs").glob("*.md")),
+    }
+
+
+def staged_name(repo_path: str) -> str:
+    return "index.md" if repo_path == "README.md" else repo_path
+
+
+class Linker:
+    """Rewrites the relative links of one staged file (see the module docstring)."""
+
+    def __init__(self, pages: set[str]):
+        self.pages = pages  # staged paths of every page
+        self.assets: set[str] = set()  # pictures copied beside the pages that show them
+
+    def rewrite(self, text: str, repo_path: str) -> str:
+        here = posixpath.dirname(repo_path)
+        staged_here = posixpath.dirname(staged_name(repo_path))
+
+        def fix(m: re.Match) -> str:
+            target = m.group(2)
+            if re.match(r"[a-z][a-z0-9+.-]*:|#|/", target):  # absolute URL, mailto:, anchor, site-absolute
+                return m.group(0)
+            path, _, frag = target.partition("#")
+            frag = f"#{frag}" if frag else ""
+            full = posixpath.normpath(posixpath.join(here, path))
+            if full.startswith(".."):
+                return m.group(0)
+            on_disk = ROOT / full
+            if on_disk.is_dir() or path.endswith("/"):
+                page = FOLDER_PAGES.get(full)
+                if page in self.pages:
+                    new = posixpath.relpath(page, staged_here or ".") + frag
+                else:
+                    new = f"{repo_url()}/tree/main/{full}"
+            elif staged_name(full) in self.pages:
+                new = posixpath.relpath(staged_name(full), staged_here or ".") + frag
+            elif on_disk.is_file() and m.group(1).startswith("!"):
+                new = target  # a picture beside the page: staged with it
+                copy_if_changed(on_disk, STAGE / full)
+                self.assets.add(full)
+            elif on_disk.is_file():
+                new = f"{repo_url()}/blob/main/{full}{frag}"
+            else:
+                return m.group(0)  # missing: Sphinx warns, the site test reports it
+            return m.group(1) + new + m.group(3)
+
+        return LINK.sub(fix, text)
+
+
+def launch_bar(rel_path: str) -> str:
+    """Raw HTML for the top of a notebook page: Colab (badge shipped in _static) and the .ipynb itself."""
+    depth = rel_path.count("/")
+    static = "../" * depth + "_static"
+    name = posixpath.basename(rel_path)
+    return (
+        '<div class="swkv-launch">\n'
+        f'<a class="swkv-colab" href="{colab_url(rel_path)}">'
+        f'<img src="{static}/colab-badge.svg" alt="Open In Colab" width="117" height="20"></a>\n'
+        f'<a class="swkv-download" href="{name}" download title="{name}">Download .ipynb</a>\n'
+        "</div>"
+    )
+
+
+def widget_note(plain: str) -> str:
+    kind = plain.split("(", 1)[0].strip() or "widget"
+    return (
+        '<div class="swkv-widget-note" role="note"><p><strong>Interactive widget'
+        f"{': ' + kind if re.fullmatch(r'[A-Za-z_][A-Za-z0-9_.]*', kind) else ''}.</strong> "
+        "It needs a running Python kernel, so this page cannot show it: open the notebook in Colab "
+        "(the badge at the top of the page) or run it locally with <code>make lab</code>.</p></div>"
+    )
+
+
+def stage_notebook(repo_path: str, linker: Linker) -> str:
+    nb = json.loads((ROOT / repo_path).read_text())
+    cells = []
+    for cell in nb["cells"]:
+        tags = cell.get("metadata", {}).get("tags", [])
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if HEADER_TAG in tags:
+            if cell["cell_type"] == "markdown":  # the badge: replaced by the launch bar
+                cells.append({**cell, "source": launch_bar(repo_path)})
+            continue  # the set-up cell installs the library on Colab: nothing to read on a static page
+        if cell["cell_type"] == "markdown":
+            cell = {**cell, "source": linker.rewrite(source, repo_path)}
+        elif cell["cell_type"] == "code":
+            # nbval's markers are for the test suite, not the reader
+            kept = [line for line in source.split("\n") if not line.lstrip().startswith("# NBVAL_")]
+            outputs = []
+            for out in cell.get("outputs", []):
+                data = out.get("data", {})
+                if WIDGET_MIME in data:
+                    plain = data.get("text/plain", "")
+                    plain = "".join(plain) if isinstance(plain, list) else plain
+                    out = {**out, "data": {"text/html": widget_note(plain)}}
+                outputs.append(out)
+            cell = {**cell, "source": "\n".join(kept), "outputs": outputs}
+        cells.append(cell)
+    if not any(HEADER_TAG in c.get("metadata", {}).get("tags", []) for c in nb["cells"]):
+        cells.insert(0, {"cell_type": "markdown", "metadata": {}, "source": launch_bar(repo_path)})
+    nb["cells"] = cells
+    nb.get("metadata", {}).pop("widgets", None)
+    return json.dumps(nb, indent=1, ensure_ascii=False)
+
+
+def title_of(repo_path: str) -> str:
+    """The first heading of a notebook (its page title)."""
+    nb = json.loads((ROOT / repo_path).read_text())
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            m = re.search(r"^#\s+(.+)$", "".join(cell["source"]), re.M)
+            if m:
+                return m.group(1).strip()
+    return posixpath.basename(repo_path)
+
+
+def toctree(caption: str, entries: list[str]) -> str:
+    lines = "\n".join(entries)
+    return f"\n```{{toctree}}\n:hidden:\n:caption: {caption}\n\n{lines}\n```\n"
+
+
+def doc(path: str) -> str:
+    return posixpath.splitext(staged_name(path))[0]
+
+
+def stage() -> list[str]:
+    """Write build/site-src/; returns the staged paths of every page (unchanged files keep their mtime, so
+    Sphinx rebuilds only what changed)."""
+    found = course_pages()
+    readme_lessons = ["notebooks/README.md"] if (ROOT / "notebooks" / "README.md").is_file() else []
+    pages = ["index.md", *readme_lessons, *found["lessons"], "exercises/index.md", *found["exercises"], *found["docs"]]
+    linker = Linker(set(pages))
+    written = set()
+
+    def put(path: str, text: str) -> None:
+        write_if_changed(STAGE / path, text)
+        written.add(path)
+
+    lessons = [*(["All lessons <notebooks/README>"] if readme_lessons else []), *map(doc, found["lessons"])]
+    home = linker.rewrite((ROOT / "README.md").read_text(), "README.md")
+    home += toctree("Lessons", lessons)
+    home += toctree("Exercises", ["All exercises <exercises/index>", *map(doc, found["exercises"])])
+    home += toctree("Reference", list(map(doc, found["docs"])))
+    put("index.md", home)
+    for path in readme_lessons + found["docs"]:
+        put(path, linker.rewrite((ROOT / path).read_text(), path))
+    for path in found["lessons"] + found["exercises"]:
+        put(path, stage_notebook(path, linker))
+    listing = "\n".join(f"- [{title_of(p)}]({posixpath.basename(p)})" for p in found["exercises"])
+    put("exercises/index.md", (
+        "# Exercises\n\nThe graded exercises, numbered in the order the lessons reach them. Each page shows the "
+        "statement: open it in Colab, or download the notebook and work on it with `make lab`; its last cells "
+        "check your answer (the [README](../index.md) says how grading works).\n\n" + listing + "\n"))
+    for stale in [p for p in STAGE.rglob("*") if p.is_file()]:
+        rel = stale.relative_to(STAGE).as_posix()
+        if rel not in written and rel not in linker.assets:
+            stale.unlink()
+    return pages
+
+
+def write_if_changed(path: Path, text: str) -> None:
+    if path.is_file() and path.read_text() == text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def copy_if_changed(src: Path, dest: Path) -> None:
+    if dest.is_file() and dest.read_bytes() == src.read_bytes():
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dest)
+
+
+def build(jobs: str = "1") -> int:
+    start = time.monotonic()
+    pages = stage()
+    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(CONF_DIR), "-d", str(DOCTREES), "-q",
+           "--keep-going", "-w", str(WARNINGS), "-j", jobs, str(STAGE), str(OUT)]
+    rc = subprocess.run(cmd).returncode
+    if rc:
+        return rc
+    found = course_pages()
+    for path in found["lessons"] + found["exercises"]:  # the "Download .ipynb" links: the stored notebooks
+        copy_if_changed(ROOT / path, OUT / path)
+    if (OUT / "_sources").is_dir() and not any((OUT / "_sources").iterdir()):
+        (OUT / "_sources").rmdir()  # html_copy_source is off; Sphinx makes the folder anyway
+    warnings = WARNINGS.read_text().strip() if WARNINGS.is_file() else ""
+    # name the course's file, not its staged copy (the line numbers of a notebook count its JSON lines)
+    warnings = warnings.replace(f"{STAGE}/index.md", "README.md").replace(f"{STAGE}/", "")
+    WARNINGS.write_text(warnings + "\n" if warnings else "")
+    print(f"site: {len(pages)} pages in {time.monotonic() - start:.0f} s -> {OUT.relative_to(ROOT)}/index.html"
+          + (f"; Sphinx warned ({WARNINGS.relative_to(ROOT)}):\n{warnings}" if warnings else "; no warnings"))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requirements", action="store_true", help="print the site extra's requirements and exit")
+    ap.add_argument("-j", "--jobs", default=os.environ.get("SITE_JOBS", "1"), help="Sphinx's parallel jobs")
+    args = ap.parse_args(argv)
+    if args.requirements:
+        print("\n".join(site_requirements()))
+        return 0
+    return build(args.jobs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,457 @@
+"""The course website (`make site`) in a real browser, and what it must never contain.
+
+Builds the site once per session (site/build_site.py: about 15 s, no kernel starts), serves build/site/ on
+127.0.0.1 and drives Debian's Chromium at /usr/bin/chromium with Playwright, as the explorer test does:
+
+- every page loads with no failed request, no request leaving the machine and no console error; every image on
+  it has loaded (the Colab badge is shipped with the site);
+- every internal link (href and src, with its #fragment) resolves to a built file;
+- search finds the right lessons; the sidebar and the next links list lessons and exercises in path order;
+- no solution code: the lines between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` in solutions/*.py occur
+  in no built file (except lines the course publishes anyway: in a lesson, or in the exercise's statement);
+- each lesson shows its stored figures and printed outputs; widgets show a note saying they need a kernel;
+- each notebook page links Colab (the notebook's own badge target) and its stored .ipynb;
+- at phone width (390 px) no lesson scrolls sideways; wide code and tables scroll inside their box.
+
+The browser tests are marked e2e. Screenshots (home; lesson 3 at phone width) go to test-artifacts/site/.
+Skips without chromium or the site extra (pip install -e '.[site]') unless SWKV_REQUIRE_E2E=1.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+import threading
+from html.parser import HTMLParser
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlsplit
+
+import pytest
+from lab_helpers import CHROMIUM, CHROMIUM_ARGS, skip_or_fail
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = ROOT / "build" / "site"
+WARNINGS = ROOT / "build" / "site-warnings.txt"
+ARTIFACTS = ROOT / "test-artifacts" / "site"
+LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
+NOTEBOOKS = LESSONS + EXERCISES
+PHONE = {"width": 390, "height": 844}
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def page_of(nb: Path) -> str:
+    return rel(nb.with_suffix(".html"))
+
+
+def lesson(number: str) -> Path:
+    found = [p for p in LESSONS if p.name.startswith(f"{number}_")]
+    assert len(found) == 1, f"expected one lesson numbered {number} in notebooks/, found {found}"
+    return found[0]
+
+
+@pytest.fixture(scope="session")
+def site() -> Path:
+    """build/site/, built once for the session from the stored notebooks."""
+    missing = [m for m in ("sphinx", "myst_nb", "sphinx_book_theme") if importlib.util.find_spec(m) is None]
+    if missing:
+        skip_or_fail(f"the site extra is not installed ({', '.join(missing)} missing: pip install -e '.[site]')")
+    done = subprocess.run([sys.executable, "site/build_site.py"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, f"site/build_site.py failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert (SITE / "index.html").is_file()
+    return SITE
+
+
+def built_pages(site: Path) -> list[str]:
+    """Every page; _static/ holds the themes' template fragments (webpack-macros.html), not pages."""
+    return sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html") if "_static" not in p.parts)
+
+
+# ---------------------------------------------------------------- what the build holds, read from its files
+
+
+def test_build_has_no_warnings(site):
+    """A broken cross-reference, a missing picture or a page outside the table of contents is a Sphinx warning."""
+    text = WARNINGS.read_text().strip() if WARNINGS.is_file() else ""
+    assert not text, f"Sphinx warned while building the site:\n{text}"
+
+
+def test_every_lesson_and_exercise_has_a_page(site):
+    for nb in NOTEBOOKS:
+        assert (site / page_of(nb)).is_file(), f"{rel(nb)} has no page {page_of(nb)}"
+    assert not list(site.rglob("solutions*")), "a solutions page or folder was built"
+
+
+class _Refs(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids, self.refs, self.classes = set(), [], []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if tag == "a" and a.get("name"):
+            self.ids.add(a["name"])
+        for key in ("href", "src"):
+            if a.get(key) and not (tag == "link" and a.get("rel") in ("preconnect", "dns-prefetch")):
+                self.refs.append((tag, key, a[key], a.get("class", "")))
+
+
+@functools.lru_cache(maxsize=None)
+def parse(path: Path) -> _Refs:
+    p = _Refs()
+    p.feed(path.read_text())
+    return p
+
+
+def test_every_internal_link_resolves(site):
+    """Every relative href/src of every page names a built file, and its #fragment an id on that page."""
+    broken = []
+    for page in built_pages(site):
+        for tag, key, ref, _ in parse(site / page).refs:
+            parts = urlsplit(ref)
+            if parts.scheme or parts.netloc or ref.startswith(("mailto:", "javascript:", "data:")):
+                continue
+            target = (site / page).parent / unquote(parts.path) if parts.path else site / page
+            target = target.resolve()
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.is_file() or site.resolve() not in target.parents:
+                broken.append(f"{page}: <{tag} {key}={ref!r}> -> no such file")
+            elif parts.fragment and target.suffix == ".html" and parts.fragment not in parse(target).ids:
+                broken.append(f"{page}: <{tag} {key}={ref!r}> -> no id {parts.fragment!r} there")
+    assert not broken, f"{len(broken)} internal links do not resolve:\n" + "\n".join(broken[:40])
+
+
+def _course_links_left_to_github(site) -> list[str]:
+    """Links that point at a lesson, exercise or doc on GitHub instead of its page on the site."""
+    left = []
+    for page in built_pages(site):
+        for _, _, ref, _ in parse(site / page).refs:
+            if re.search(r"github\.com/.+/blob/main/(notebooks|exercises|docs)/[^/]+\.(ipynb|md)$", ref):
+                left.append(f"{page}: {ref}")
+    return left
+
+
+def test_course_links_stay_on_the_site(site):
+    assert not _course_links_left_to_github(site)
+
+
+def test_each_notebook_page_links_colab_and_its_ipynb(site):
+    """The Colab target is the notebook's own badge's (and tools/nbtools.py's); the download is the stored file."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from nbtools import colab_url
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    for nb in NOTEBOOKS:
+        page = site / page_of(nb)
+        badge = "".join(json.loads(nb.read_text())["cells"][0]["source"])
+        own = re.search(r"\]\((https://colab\.research\.google\.com/github/[^)]+)\)", badge)
+        assert own, f"{rel(nb)}'s first cell has no Colab badge"
+        links = {cls: ref for tag, key, ref, cls in parse(page).refs if tag == "a" and cls.startswith("swkv-")}
+        assert links.get("swkv-colab") == own.group(1) == colab_url(rel(nb)), (f"{page_of(nb)}: Colab link "
+            f"{links.get('swkv-colab')!r}, badge {own.group(1)!r}, nbtools {colab_url(rel(nb))!r}")
+        download = page.parent / links.get("swkv-download", "?")
+        assert download.is_file() and download.read_bytes() == nb.read_bytes(), \
+            f"{page_of(nb)}: 'Download' does not serve the stored {rel(nb)}"
+        badges = [ref for tag, key, ref, _ in parse(page).refs if tag == "img" and ref.endswith("colab-badge.svg")]
+        assert badges and not urlsplit(badges[0]).netloc, f"{page_of(nb)}: the Colab badge is not the shipped one"
+
+
+def test_each_lesson_shows_its_stored_figures_and_printed_outputs(site):
+    """Nothing is executed, so the page must carry what the stored notebook holds: each figure as an image, each
+    printed output's lines."""
+    for nb in LESSONS:
+        outputs = [out for cell in json.loads(nb.read_text())["cells"] for out in cell.get("outputs", [])]
+        figures = sum(any(k.startswith("image/") for k in out.get("data", {})) for out in outputs)
+        page = (site / page_of(nb)).read_text()
+        shown = len(re.findall(r'<img[^>]+src="\.\./_images/', page))
+        assert shown == figures, f"{page_of(nb)}: {figures} figures stored, {shown} on the page"
+        text = _readable_text(site / page_of(nb))
+        for out in outputs:
+            plain_only = set(out.get("data", {})) == {"text/plain"}  # else the page shows the richer form
+            printed = "".join(out.get("text", "")) or ("".join(out["data"]["text/plain"]) if plain_only else "")
+            lines = [" ".join(x.split()) for x in printed.splitlines() if x.strip() and "\x1b" not in x]
+            missing = [x for x in lines[:3] if x not in text]
+            assert not missing, f"{page_of(nb)}: printed output missing from the page: {missing}"
+
+
+def test_widgets_show_a_note_not_an_empty_box(site):
+    for nb in LESSONS:
+        widgets = sum(WIDGET_MIME in out.get("data", {}) for cell in json.loads(nb.read_text())["cells"]
+                      for out in cell.get("outputs", []))
+        text = (site / page_of(nb)).read_text()
+        assert text.count('class="swkv-widget-note"') == widgets, \
+            f"{page_of(nb)}: {widgets} widget outputs stored, {text.count('swkv-widget-note')} notes on the page"
+        assert WIDGET_MIME not in text, f"{page_of(nb)} still holds a widget view (an empty box without state)"
+
+
+def _solution_lines() -> dict[str, str]:
+    """Non-trivial lines between the solution markers, whitespace collapsed -> the file they come from."""
+    found = {}
+    for src in sorted((ROOT / "solutions").glob("*.py")):
+        inside = False
+        for line in src.read_text().splitlines():
+            if "### BEGIN SOLUTION" in line:
+                inside = True
+            elif "### END SOLUTION" in line:
+                inside = False
+            elif inside and len(" ".join(line.split())) >= 16:
+                found.setdefault(" ".join(line.split()), rel(src))
+    return found
+
+
+def _public_text() -> str:
+    """What the course shows anyway: every lesson's cells, and every solution notebook's cells with their solution
+    blocks cut out (the exercise statement and its given code), whitespace collapsed per line."""
+    cells = [cell for nb in LESSONS for cell in json.loads(nb.read_text())["cells"]]
+    for nb in sorted((ROOT / "solutions").glob("*.ipynb")):
+        cells += json.loads(nb.read_text())["cells"]
+    text = "\n".join("".join(cell["source"]) for cell in cells)
+    text = re.sub(r"### BEGIN SOLUTION.*?### END SOLUTION", "", text, flags=re.S)
+    return "\n".join(" ".join(x.split()) for x in text.splitlines())
+
+
+def _readable_text(path: Path) -> str:
+    """A built file as a reader would see it, whitespace collapsed per line: pages without their tags (a
+    highlighted line of code is split into <span>s), notebooks as their cells' sources."""
+    raw = path.read_text(errors="replace")
+    if path.suffix == ".ipynb":
+        raw = "\n".join("".join(c["source"]) for c in json.loads(raw)["cells"])
+    elif path.suffix == ".html":
+        raw = html.unescape(re.sub(r"<[^>]+>", "", raw))
+    return "\n".join(" ".join(x.split()) for x in raw.splitlines())
+
+
+def test_no_solution_code_anywhere(site):
+    public = _public_text()
+    secret = {line: src for line, src in _solution_lines().items() if line not in public}
+    assert len(secret) >= 50, f"only {len(secret)} solution lines to look for: did the markers change?"
+    # the reader finds code on the pages: a lesson's code line and solution lines in a solution notebook
+    probe = next(x for x in public.splitlines() if x.startswith("from swkv_teach"))
+    assert any(probe in _readable_text(p) for p in site.rglob("*.html")), "the check cannot see code on a page"
+    in_solutions = "\n".join(_readable_text(p) for p in (ROOT / "solutions").glob("*.ipynb"))
+    assert sum(line in in_solutions for line in secret) >= 0.9 * len(secret), "the check cannot see solution code"
+    leaks = []
+    for path in sorted(p for p in site.rglob("*") if p.is_file() and p.suffix in (".html", ".ipynb", ".js", ".txt")):
+        text = _readable_text(path)
+        leaks += [f"{path.relative_to(site)}: {line!r} (from {src})" for line, src in secret.items() if line in text]
+    assert not leaks, f"solution code on the site:\n" + "\n".join(leaks[:30])
+
+
+def test_next_links_walk_the_course_in_path_order(site):
+    """From the home page, 'next' visits every lesson and then every exercise, each in path order."""
+    order, page = [], "index.html"
+    for _ in range(200):
+        order.append(page)
+        nxt = [ref for tag, _, ref, cls in parse(site / page).refs if tag == "a" and "right-next" in cls]
+        if not nxt:
+            break
+        page = urlsplit(urljoin(page, nxt[0])).path
+    lessons = [p for p in order if p.startswith("notebooks/") and p != "notebooks/README.html"]
+    exercises = [p for p in order if p.startswith("exercises/") and p != "exercises/index.html"]
+    assert lessons == [page_of(nb) for nb in LESSONS]
+    assert exercises == [page_of(nb) for nb in EXERCISES]
+    assert order.index(lessons[-1]) < order.index(exercises[0]), "lessons first, then exercises"
+
+
+# ---------------------------------------------------------------- in Chromium
+
+
+@pytest.fixture(scope="module")
+def server(site):
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    if not Path(CHROMIUM).exists():
+        skip_or_fail(f"{CHROMIUM} is missing (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        skip_or_fail("playwright is not installed (pip install -e '.[test]')")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+class Watch:
+    """A page whose failed requests, requests leaving the machine and console errors are recorded."""
+
+    def __init__(self, browser, base: str, viewport: dict | None = None):
+        self.base, self.problems = base, []
+        self.context = browser.new_context(viewport=viewport or {"width": 1280, "height": 900})
+        self.page = self.context.new_page()
+        self.context.route("**/*", self._route)
+        self.page.on("console", lambda m: self.problems.append(f"console {m.type}: {m.text}"[:300])
+                     if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"[:300]))
+        self.page.on("requestfailed", self._failed)
+        self.page.on("response", lambda r: self.problems.append(f"HTTP {r.status}: {r.url}")
+                     if r.status >= 400 else None)
+
+    def _failed(self, request):
+        # Chromium fetches the favicon after the page's load event and cancels it when the next page is opened
+        if request.url.endswith("favicon.svg") and "ERR_ABORTED" in (request.failure or ""):
+            return
+        self.problems.append(f"failed: {request.url} ({request.failure})")
+
+    def _route(self, route):
+        if route.request.url.startswith(self.base) or route.request.url.startswith(("data:", "blob:")):
+            route.continue_()
+        else:  # an offline site fetches nothing from elsewhere
+            self.problems.append(f"left the machine: {route.request.url}")
+            route.abort()
+
+    def goto(self, path: str):
+        self.problems.clear()
+        self.page.goto(f"{self.base}/{path}", wait_until="load", timeout=30_000)
+        return self.page
+
+    def close(self):
+        self.context.close()
+
+
+IMAGES = """async () => Promise.all([...document.images].map(img => {
+    img.loading = 'eager';
+    return img.decode().then(() => [img.currentSrc, img.naturalWidth], () => [img.currentSrc, 0]);
+}))"""
+
+
+@pytest.mark.e2e
+def test_every_page_loads_cleanly_with_its_images(site, server, chromium):
+    w = Watch(chromium, server)
+    bad = []
+    try:
+        for path in built_pages(site):
+            page = w.goto(path)
+            images = page.evaluate(IMAGES)
+            page.wait_for_timeout(50)
+            bad += [f"{path}: {p}" for p in w.problems]
+            bad += [f"{path}: image did not load: {src}" for src, width in images if width == 0]
+    finally:
+        w.close()
+    assert not bad, f"{len(bad)} problems:\n" + "\n".join(bad[:40])
+
+
+@pytest.mark.e2e
+def test_sidebar_lists_the_course_in_path_order(site, server, chromium):
+    w = Watch(chromium, server)
+    try:
+        page = w.goto("index.html")
+        page.screenshot(path=str(ARTIFACTS / "home.png"))
+        hrefs = page.eval_on_selector_all("nav.bd-docs-nav a.reference.internal", "as => as.map(a => a.href)")
+    finally:
+        w.close()
+    paths = [urlsplit(h).path.lstrip("/") for h in hrefs]
+    assert [p for p in paths if re.match(r"notebooks/\d", p)] == [page_of(nb) for nb in LESSONS]
+    assert [p for p in paths if re.match(r"exercises/\d", p)] == [page_of(nb) for nb in EXERCISES]
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        assert rel(doc.with_suffix(".html")) in paths, f"the sidebar has no {rel(doc)}"
+
+
+def search(w: Watch, query: str, typed: bool = False) -> list[str]:
+    """The pages search lists for ``query``, best first: typed into the sidebar's search box, or from the URL."""
+    if typed:
+        page = w.goto("index.html")
+        page.click(".bd-sidebar-primary .search-button-field")
+        box = page.locator("#pst-search-dialog input[type=search]")
+        box.fill(query)
+        box.press("Enter")
+        page.wait_for_url("**/search.html?q=*", timeout=10_000)
+    else:
+        page = w.goto(f"search.html?q={query.replace(' ', '+')}")
+    page.wait_for_selector("#search-results .search-summary, #search-results p", timeout=20_000)
+    page.wait_for_function("() => !document.querySelector('#search-progress') || "
+                           "!document.querySelector('#search-progress').textContent.includes('Preparing')")
+    page.wait_for_timeout(300)
+    hrefs = page.eval_on_selector_all("#search-results ul.search > li > a:first-of-type",
+                                      "as => as.map(a => a.getAttribute('href'))")
+    return [urlsplit(h).path for h in hrefs]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("query, number, within, typed", [
+    ("ring buffer", "03", 10, True), ("torchrun", "10", 3, False), ("EvictionExplorer", "02", 3, False)])
+def test_search_finds_the_lesson(site, server, chromium, query, number, within, typed):
+    """Offline: Sphinx's index ships with the site (searchindex.js); nothing is asked of a server."""
+    w = Watch(chromium, server)
+    try:
+        found = search(w, query, typed)
+        problems = list(w.problems)
+    finally:
+        w.close()
+    assert not problems, problems
+    want = page_of(lesson(number))
+    assert want in found[:within], f"search {query!r}: {want} not in the first {within} results {found[:within]}"
+
+
+# Everything in the article ends inside the screen, or sits in a box of the article (a code block, a table, an
+# output) that scrolls sideways and itself fits the screen.
+WIDTHS = """() => {
+    const vw = window.innerWidth;
+    const article = document.querySelector('.bd-article') || document.querySelector('main') || document.body;
+    const scrolls = e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
+    const inScroller = e => {
+        for (let a = e.parentElement; a && a !== article; a = a.parentElement)
+            if (scrolls(a)) return a.getBoundingClientRect().right <= vw + 1;
+        return false;
+    };
+    const out = [...article.querySelectorAll('*')].filter(e => {
+        const r = e.getBoundingClientRect();
+        return r.width > 0 && r.right > vw + 1 && !inScroller(e);
+    });
+    const scrolling = [...article.querySelectorAll('pre, table, .cell_output')]
+        .filter(e => e.scrollWidth > e.clientWidth + 1 && scrolls(e)).length;
+    return {doc: document.documentElement.scrollWidth, body: document.body.scrollWidth, view: vw, scrolling,
+            out: out.slice(0, 8).map(e => `<${e.tagName.toLowerCase()} class="${e.className}"> `
+                                         + e.textContent.trim().slice(0, 60))};
+}"""
+
+
+@pytest.mark.e2e
+def test_phone_width_nothing_scrolls_the_page_sideways(site, server, chromium):
+    """390 px wide: the page body fits; code and tables wider than the screen scroll inside their own box."""
+    w = Watch(chromium, server, viewport=PHONE)
+    bad, scrolling = [], 0
+    try:
+        for path in built_pages(site):
+            page = w.goto(path)
+            sizes = page.evaluate(WIDTHS)
+            if max(sizes["doc"], sizes["body"]) > sizes["view"]:
+                bad.append(f"{path}: the page is {max(sizes['doc'], sizes['body'])} px wide at {sizes['view']} px")
+            bad += [f"{path}: sticks out of the screen, in no box that scrolls: {b}" for b in sizes["out"]]
+            bad += [f"{path}: {p}" for p in w.problems]
+            scrolling += sizes["scrolling"]
+            if path == page_of(lesson("03")):
+                page.screenshot(path=str(ARTIFACTS / "lesson03_phone.png"))
+    finally:
+        w.close()
+    assert not bad, "\n".join(bad[:40])
+    assert scrolling > 0, "no code block is wider than a phone: the check above saw nothing to scroll"
