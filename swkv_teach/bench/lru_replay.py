@@ -7,18 +7,22 @@ block (as a store does after computing it). Two caches replay it:
 * **exact LRU** (:func:`exact_lru_hits`): an ``OrderedDict`` of ``capacity`` blocks, the least recently used out
   first (the build guide's LRU);
 * **Redis** (:func:`redis_lru_hits`): a real ``redis-server`` with ``maxmemory-policy allkeys-lru`` and a small
-  ``maxmemory``, each block a value of ``value_bytes``. Redis does not keep a recency list: when over
-  ``maxmemory`` it samples ``maxmemory-samples`` random keys, merges them into a 16-entry pool of the idlest keys
-  seen so far and evicts the idlest of the pool (``evictionPoolPopulate`` and ``performEvictions``, redis
-  ``src/evict.c``). The capacity it reaches (keys held once full) is measured, and the exact LRU gets the same.
+  ``maxmemory``, each block a value of ``value_bytes``. Redis keeps no recency list: when over ``maxmemory`` it
+  samples ``maxmemory-samples`` random keys (``evictionPoolPopulate``, redis 7.0.15 ``src/evict.c:146-150``),
+  merges them into a pool of the 16 idlest keys seen so far (``EVPOOL_SIZE``, ``src/evict.c:54``) and evicts the
+  idlest of the pool (``performEvictions``, ``src/evict.c:540``, "Go backward from best to worst", line 610).
+  The number of blocks it holds once full is measured during the replay (``DBSIZE`` after each access; it varies
+  by a block or two as Redis evicts just past ``maxmemory``), and the exact LRU gets its median.
 
-Redis's clock: an object's idle time comes from a 24-bit LRU clock in **seconds**
-(``LRU_CLOCK_RESOLUTION 1000`` ms, ``src/server.h``), so accesses within one second look equally old and a
-replay that takes a second leaves Redis nothing to rank by. ``clock="virtual"`` gives access ``t`` of ``n`` its
-own second: a hit is checked with ``EXISTS`` (which does not touch the key, ``LOOKUP_NOTOUCH`` in ``existsCommand``,
-``src/db.c``) and every access is written with ``RESTORE ... IDLETIME n - t`` (``src/cluster.c``), so recency is
-exactly the trace's order and only the sampling differs from the exact LRU. ``clock="wall"`` replays with plain
-``GET``/``SET`` as fast as it can, as a client would: what Redis then evicts is close to random.
+Redis's clock: an object's idle time is its 24-bit LRU clock subtracted from the server's
+(``estimateObjectIdleTime``, ``src/evict.c:92``), and that clock ticks in **seconds** (``LRU_CLOCK_RESOLUTION
+1000`` ms, ``src/server.h:849``), so accesses within one second look equally old and a replay that takes a second
+leaves Redis nothing to rank by. ``clock="virtual"`` gives access ``t`` of ``n`` its own second: a hit is checked
+with ``EXISTS``, which does not touch the key (``LOOKUP_NOTOUCH``, ``src/db.c:704``), and every access is written
+with ``RESTORE key 0 value REPLACE IDLETIME n - t`` (``src/cluster.c:6021``, set by ``objectSetLRUOrLFU``,
+``src/object.c:1384``), so recency is exactly the trace's order and only the sampling differs from the exact LRU.
+``clock="wall"`` replays with plain ``GET``/``SET`` as fast as it can, as a client would: what Redis then evicts
+is close to random. (Line numbers: redis 7.0.15, commit f35f36a2, the version Debian 12 ships.)
 """
 
 from __future__ import annotations
@@ -55,26 +59,11 @@ def _key(block) -> str:
     return "lru:" + (block.hex() if isinstance(block, (bytes, bytearray)) else str(block))
 
 
-def _capacity(client, value: bytes, limit: int) -> int:
-    """Keys a full server holds: insert distinct keys until the count stops growing (``limit`` at most)."""
-    best, flat = 0, 0
-    for i in range(limit):
-        client.set(f"fill:{i}", value)
-        if i % 8 == 7:
-            n = client.dbsize()
-            flat = flat + 1 if n <= best else 0
-            best = max(best, n)
-            if flat >= 8:  # 64 inserts without growth: Redis is evicting as fast as we add
-                break
-    client.flushall()
-    return best
-
-
 def redis_lru_hits(trace: Sequence[Hashable], url: str, samples: int, value_bytes: int,
                    clock: str = "virtual") -> dict:
     """Replay ``trace`` on the (empty, ``allkeys-lru``, small ``maxmemory``) Redis at ``url`` with
-    ``maxmemory-samples`` = ``samples``; ``{"hits", "capacity", "held_at_end"}`` (capacity: keys a full server
-    holds, measured by filling it first; held_at_end: keys held after the replay).
+    ``maxmemory-samples`` = ``samples``; ``{"hits", "capacity", "held_min", "held_max"}``: the median, least and
+    most keys Redis held after an access, from its first eviction on (all distinct keys if it never evicted).
 
     The server is flushed before and after. ``clock``: ``"virtual"`` (one second per access, see the module
     docstring) or ``"wall"`` (plain GET/SET).
@@ -88,35 +77,36 @@ def redis_lru_hits(trace: Sequence[Hashable], url: str, samples: int, value_byte
     if client.config_get("maxmemory-policy")["maxmemory-policy"] != "allkeys-lru":
         raise ValueError(f"the Redis at {url} must run with maxmemory-policy allkeys-lru (and a small maxmemory)")
     client.config_set("maxmemory-samples", samples)
-    value = bytes(value_bytes)
-    capacity = _capacity(client, value, limit=len(set(trace)) * 4 + 1000)
-    client.set("template", value)
+    client.set("template", bytes(value_bytes))
     payload = client.dump("template")
     client.delete("template")
-    hits, n = 0, len(trace)
+    hits, n, held, inserted, full_at = 0, len(trace), [], set(), None
     for t, block in enumerate(trace):
         key = _key(block)
         if clock == "wall":
-            if client.get(key) is not None:
-                hits += 1
-            else:
-                client.set(key, value)
-            continue
-        hit = client.exists(key)
+            hit = client.get(key) is not None
+            if not hit:
+                client.set(key, bytes(value_bytes))
+        else:
+            hit = bool(client.exists(key))
+            client.restore(key, 0, payload, replace=True, idletime=n - t)
         hits += hit
-        client.restore(key, 0, payload, replace=True, idletime=n - t)
-    held = client.dbsize()
+        inserted.add(key)
+        held.append(client.dbsize())
+        if full_at is None and held[-1] < len(inserted):
+            full_at = t  # the first eviction: from here on Redis holds what maxmemory allows
+    steady = sorted(held[full_at:]) if full_at is not None else [len(inserted)]
     client.flushall()
     client.close()
-    return {"hits": hits, "capacity": capacity, "held_at_end": held}
+    return {"hits": hits, "capacity": steady[len(steady) // 2], "held_min": steady[0], "held_max": steady[-1]}
 
 
 def compare_lru(trace: Sequence[Hashable], value_bytes: int, maxmemory: str = "2mb",
                 samples: Sequence[int] = (1, 5, 10), clocks: Sequence[str] = ("virtual",)) -> list[dict]:
     """Hit rates of Redis's sampled LRU (one fresh server per row) and of an exact LRU of the capacity Redis reached.
 
-    Returns one dict per (clock, samples): ``clock``, ``samples``, ``capacity`` (blocks Redis held when full),
-    ``held_at_end``,
+    Returns one dict per (clock, samples): ``clock``, ``samples``, ``capacity`` (the median number of blocks Redis
+    held once full, which the exact LRU is given), ``held_min``, ``held_max``,
     ``accesses``, ``distinct``, ``redis_hits``, ``exact_hits``, ``redis_hit_rate``, ``exact_hit_rate``.
     Needs ``redis-server`` and the ``redis`` client (:class:`swkv_teach.store.RedisServer` starts the servers).
     """
@@ -129,8 +119,8 @@ def compare_lru(trace: Sequence[Hashable], value_bytes: int, maxmemory: str = "2
             with RedisServer(config=config) as server:
                 got = redis_lru_hits(trace, server.url, s, value_bytes, clock=clock)
             exact = exact_lru_hits(trace, got["capacity"])
-            rows.append({"clock": clock, "samples": s, "capacity": got["capacity"],
-                         "held_at_end": got["held_at_end"], "accesses": len(trace),
+            rows.append({"clock": clock, "samples": s, "capacity": got["capacity"], "held_min": got["held_min"],
+                         "held_max": got["held_max"], "accesses": len(trace),
                          "distinct": len(set(trace)), "redis_hits": got["hits"], "exact_hits": exact,
                          "redis_hit_rate": got["hits"] / max(1, len(trace)),
                          "exact_hit_rate": exact / max(1, len(trace))})
