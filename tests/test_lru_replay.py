@@ -21,7 +21,7 @@ def test_redis_replay_on_a_trace_that_fits_and_on_a_loop_one_larger_than_the_cap
         assert row["capacity"] == 5 and row["redis_hits"] == row["exact_hits"] == 55, row  # never full
     row = compare_lru(list(range(300)), value_bytes=8000, maxmemory="1500kb", samples=(5,))[0]
     assert 8 < row["capacity"] < 200 and row["redis_hits"] == 0, row  # ~40 blocks of 8 kB over an empty ~1 MB
-    assert row["held_max"] - row["held_min"] <= 3, row
+    assert row["held_max"] - row["held_min"] <= 6, row  # evictions overshoot maxmemory by a few blocks
     loop = [i % (row["capacity"] + 1) for i in range(6 * (row["capacity"] + 1))]
     assert exact_lru_hits(loop, row["capacity"]) == 0  # exact LRU's worst case: a loop one block longer than it
     got = compare_lru(loop, value_bytes=8000, maxmemory="1500kb", samples=(1,))[0]
