@@ -103,25 +103,24 @@ def redis_lru_hits(trace: Sequence[Hashable], url: str, samples: int, value_byte
 
 def compare_lru(trace: Sequence[Hashable], value_bytes: int, maxmemory: str = "2mb",
                 samples: Sequence[int] = (1, 5, 10), clocks: Sequence[str] = ("virtual",)) -> list[dict]:
-    """Hit rates of Redis's sampled LRU (one fresh server per row) and of an exact LRU of the capacity Redis reached.
+    """Hit rates of Redis's sampled LRU (one server, flushed between rows) and of an exact LRU of the capacity
+    Redis reached.
 
     Returns one dict per (clock, samples): ``clock``, ``samples``, ``capacity`` (the median number of blocks Redis
     held once full, which the exact LRU is given), ``held_min``, ``held_max``,
     ``accesses``, ``distinct``, ``redis_hits``, ``exact_hits``, ``redis_hit_rate``, ``exact_hit_rate``.
-    Needs ``redis-server`` and the ``redis`` client (:class:`swkv_teach.store.RedisServer` starts the servers).
+    Needs ``redis-server`` and the ``redis`` client (:class:`swkv_teach.store.RedisServer` starts the server).
     """
     from swkv_teach.store import RedisServer
 
     rows = []
-    for clock in clocks:
-        for s in samples:
-            config = {"maxmemory": maxmemory, "maxmemory-policy": "allkeys-lru", "maxmemory-samples": s}
-            with RedisServer(config=config) as server:
-                got = redis_lru_hits(trace, server.url, s, value_bytes, clock=clock)
+    with RedisServer(config={"maxmemory": maxmemory, "maxmemory-policy": "allkeys-lru"}) as server:
+        for clock, s in [(c, n) for c in clocks for n in samples]:
+            got = redis_lru_hits(trace, server.url, s, value_bytes, clock=clock)  # flushed before and after
             exact = exact_lru_hits(trace, got["capacity"])
             rows.append({"clock": clock, "samples": s, "capacity": got["capacity"], "held_min": got["held_min"],
-                         "held_max": got["held_max"], "accesses": len(trace),
-                         "distinct": len(set(trace)), "redis_hits": got["hits"], "exact_hits": exact,
+                         "held_max": got["held_max"], "accesses": len(trace), "distinct": len(set(trace)),
+                         "redis_hits": got["hits"], "exact_hits": exact,
                          "redis_hit_rate": got["hits"] / max(1, len(trace)),
                          "exact_hit_rate": exact / max(1, len(trace))})
     return rows
