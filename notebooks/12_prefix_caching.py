@@ -33,7 +33,9 @@
 # `W` tokens, whoever read what. That leaves an impression worth correcting: real engines *do* run an LRU over
 # the KV cache, one level up. vLLM's automatic prefix caching keeps the blocks a finished request leaves behind,
 # named by a hash of the tokens they hold, and evicts them least recently used first when a new block is needed.
-# Stores such as LMCache keep evicted blocks in a second tier so another process can skip the prefill. And the
+# Stores such as LMCache keep KV blocks in further tiers (CPU memory, local disk, a remote Redis) so that another
+# process can skip the prefill (LMCache's `docs/source/kv_cache/storage_backends/redis.rst` at commit fe1fb2f2,
+# line 9 and "Remote Storage Explanation"). And the
 # build guide's roadmap asked for exactly this: its cache "can be swapped out for a Redis-backed or sharded version
 # later", with "Redis Eviction Policies" in its reading list.
 

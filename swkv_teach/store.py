@@ -4,8 +4,9 @@ their prefill.
 A block is the keys and values one full block of tokens wrote in every layer: ``keys`` and ``values`` each
 ``(num_layers, block_size, n_kv_heads, head_dim)``. It is stored under its *block hash*, the chained hash of the
 tokens it holds and of every token before it (:func:`swkv_teach.caches.prefix.hash_block_tokens`), so a hit means
-"these exact tokens, at these exact positions, were computed before". LMCache keeps vLLM's KV blocks in such a
-tier (CPU memory, disk, Redis) keyed by token-chunk hashes.
+"these exact tokens, at these exact positions, were computed before". LMCache keeps vLLM's KV cache in such a
+tier, Redis among its remote backends, under keys ``format@model_name@world_size@worker_id@chunk_hash``
+(LMCache ``docs/source/kv_cache/storage_backends/redis.rst`` at commit fe1fb2f2, line 9 and "Step 3").
 
 Two stores, one interface (``put_block``, ``get_block``, ``stats``):
 
