@@ -275,7 +275,9 @@ class RedisStore(_Counters):
             raise ValueError(f"namespace must be None or a non-empty string without ':'; got {namespace!r}")
         self.url, self.namespace = url, namespace
         self.backoff, self.max_backoff = backoff, max_backoff
-        self._errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+        # any failure of the server or the link (down, timeout, OOM under noeviction, a key of another type) is a
+        # miss: RedisError is the client's base class
+        self._errors = (redis.exceptions.RedisError, OSError)
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
@@ -289,15 +291,16 @@ class RedisStore(_Counters):
     def key(self, block_hash: bytes, layout: dict) -> str:
         return store_key(block_hash, layout, self.namespace)
 
-    def _call(self, fn, *args):
-        """``fn(*args)`` on the server, or ``_FAILED`` (counted) while it is down or backing off."""
+    def _call(self, fn, *args, count: bool = True):
+        """``fn(*args)`` on the server, or ``_FAILED`` (counted in ``store_errors`` when ``count``) while it is down
+        or backing off."""
         if time.monotonic() < self._skip_until:
-            self.store_errors += 1
+            self.store_errors += count
             return _FAILED
         try:
             out = fn(*args)
         except self._errors as e:
-            self.store_errors += 1
+            self.store_errors += count
             self.last_error = f"{type(e).__name__}: {e}"
             self._wait = min(self.max_backoff, max(self.backoff, 2 * self._wait))
             self._skip_until = time.monotonic() + self._wait
@@ -334,7 +337,7 @@ class RedisStore(_Counters):
                 total += sum(pipe.execute())
             return total
 
-        out = self._call(count)
+        out = self._call(count, count=False)  # reading the counters is not an operation of the store
         return None if out is _FAILED else out
 
     def stats(self) -> dict:
