@@ -21,7 +21,7 @@ from swkv_teach._validate import check_positive_int
 from swkv_teach.masks import allowed, window_mask
 
 __all__ = [
-    "PagedPlan", "attend_paged", "attention", "attention_with_cache", "cached_attention", "paged_attention",
+    "PagedPlan", "VarlenPlan", "attend_paged", "attention", "attention_with_cache", "cached_attention", "paged_attention",
     "paged_plan", "paged_varlen_plan", "sliding_window_attention",
 ]
 
@@ -216,7 +216,7 @@ def paged_attention(
         W, scale = _check_paged(q[None], k_cache, v_cache, None, window_size, softmax_scale)
         plan = paged_varlen_plan(cu_seqlens_q, max_seqlen_q, cache_seqlens, block_table, k_cache.shape[1],
                                  k_cache.shape[0], W, q.device)
-        return attend_paged(q[:, None], k_cache, v_cache, plan, scale)[:, 0]
+        return attend_paged(q, k_cache, v_cache, plan, scale)
     if isinstance(q, torch.Tensor) and q.dim() == 3:
         raise ValueError(f"q has 3 dims, shape {tuple(q.shape)}: varlen queries (total_q, nheads, headdim) need "
                          f"cu_seqlens_q and max_seqlen_q; otherwise pass q as (batch, seqlen_q, nheads, headdim)")
@@ -279,20 +279,41 @@ def paged_plan(cache_seqlens, block_table: torch.Tensor, seqlen_q: int, block_si
     return PagedPlan(slots, (see & present[:, None, :])[:, None])  # mask (B, 1, Tq, L)
 
 
-def paged_varlen_plan(cu_seqlens_q, max_seqlen_q: int, cache_seqlens, block_table: torch.Tensor, block_size: int,
-                      num_blocks: int, window_size: int | None = None, device=None) -> PagedPlan:
-    """Plan varlen queries (:func:`paged_attention` with ``cu_seqlens_q``): one plan row per query.
+class VarlenPlan(NamedTuple):
+    """A :func:`paged_varlen_plan`: the packed queries cut into tiles, in groups of one tile size.
 
-    Query ``t`` (of row ``b``, at position ``p``) reads the ``L`` positions ``p - L + 1 .. p``
-    with ``L = min(W, longest row)`` (no window: the longest row): every key it may see, and
-    only those, so the mask is just "position >= 0". A position before 0 reads the query's
-    own slot (masked out), so nothing outside its window is ever gathered. ``slots``
-    ``(total_q, L)``, ``mask`` ``(total_q, 1, 1, L)``: the plan of a batch of ``total_q`` rows
-    of one query each, so :func:`attend_paged` runs it as it is, with ``q`` as
-    ``(total_q, 1, nheads, headdim)``. Worked example, ``block_size = 2``, ``W = 3``,
-    ``cache_seqlens = [5, 2]``, ``cu_seqlens_q = [0, 1, 3]``: row 0's one query sits at
-    position 4 and reads keys 2, 3, 4; row 1's queries sit at positions 0 and 1 and read
-    keys (-2, -1, 0) and (-1, 0, 1), the negative ones masked.
+    Group ``g``: ``index[g]`` ``(tiles, T)`` packed-query numbers of each tile (a tile shorter than
+    ``T`` repeats its last query, whose output is dropped); ``plans[g]`` a :class:`PagedPlan` of
+    ``tiles`` rows of ``T`` queries; ``real[g]`` ``(keep, dest)``: the real queries' places among
+    the ``tiles * T`` outputs and their packed numbers.
+    """
+
+    index: tuple
+    plans: tuple
+    real: tuple
+
+
+VARLEN_TILE = 16  # queries per tile of a multi-token row: each tile gathers T + W - 1 keys, not T * W
+
+
+def paged_varlen_plan(cu_seqlens_q, max_seqlen_q: int, cache_seqlens, block_table: torch.Tensor, block_size: int,
+                      num_blocks: int, window_size: int | None = None, device=None) -> VarlenPlan:
+    """Plan varlen queries (:func:`paged_attention` with ``cu_seqlens_q``), checking the table entries read.
+
+    A tile is up to ``T`` consecutive queries of one row, at positions ``p_first .. p_last``;
+    it reads the ``L = T + W - 1`` positions ending at ``p_last`` (every key its queries may
+    see), as a FlashAttention program reads one tile of queries against the keys of their
+    windows. Rows of one query (decoding) are tiles of ``T = 1`` (``L = W``); longer rows (prefill
+    chunks) are cut into tiles of ``T = min(VARLEN_TILE, longest)``; two groups, so a decode
+    row pays for no padding and a prompt's keys are gathered about ``(T + W - 1) / T`` times,
+    not ``W`` times. Without a window, ``L`` is the longest row. A key position a tile's queries
+    never see (before 0, or before ``p_first - W + 1``) reads ``p_last``'s slot instead, masked
+    out: nothing outside a window is ever gathered, so a block no query needs may be -1.
+
+    Worked example, ``block_size = 2``, ``W = 3``, ``cache_seqlens = [5, 2]``,
+    ``cu_seqlens_q = [0, 1, 3]``: row 0's one query (position 4) is a tile of 1 reading keys
+    2, 3, 4; row 1's two queries (positions 0, 1) are a tile of 2 reading positions -3 .. 1,
+    the negative ones masked.
     """
     if window_size is not None:
         check_positive_int("window_size", window_size)
@@ -303,38 +324,62 @@ def paged_varlen_plan(cu_seqlens_q, max_seqlen_q: int, cache_seqlens, block_tabl
     if block_table.is_floating_point() or block_table.dtype == torch.bool:
         raise TypeError(f"block_table must hold integer block numbers; got dtype {block_table.dtype}")
     device = block_table.device if device is None else device
-    cu = cu_seqlens_q.to(device=device, dtype=torch.long)
-    B = cu.shape[0] - 1
+    cu = [int(x) for x in cu_seqlens_q.tolist()]
+    B = len(cu) - 1
     if block_table.shape[0] != B:
         raise ValueError(f"block_table has {block_table.shape[0]} rows but cu_seqlens_q describes batch={B} rows "
                          f"(batch + 1 = {B + 1} entries)")
     table = block_table.to(device=device, dtype=torch.long)
-    counts = cu.diff()  # (B,) queries per row
+    counts = [b - a for a, b in zip(cu, cu[1:])]
     seqlens = _check_seqlens(cache_seqlens, B, 0, block_size, table.shape[1], device)
-    short = seqlens < counts
-    if bool(short.any()):
-        b = int(torch.nonzero(short)[0])
-        raise ValueError(f"cache_seqlens[{b}] = {int(seqlens[b])}, but row {b} has {int(counts[b])} queries "
-                         f"(cu_seqlens_q[{b + 1}] - cu_seqlens_q[{b}]); each row's length must be at least its "
-                         f"query count (the new queries' own keys are in the cache)")
-    bs, N = block_size, int(cu[-1])
-    row = torch.repeat_interleave(torch.arange(B, device=device), counts)  # (N,) the row of each query
-    p = seqlens[row] - counts[row] + torch.arange(N, device=device) - cu[:-1][row]  # (N,) query positions
-    longest = int(seqlens.max()) if B else 1
-    L = max(1, longest if window_size is None else min(window_size, longest))
-    j = p[:, None] - L + 1 + torch.arange(L, device=device)  # (N, L) key positions, negative = none
-    present = j >= 0
-    jc = torch.where(present, j, p[:, None])  # a missing key reads the query's own slot (masked)
-    blocks = table[row].gather(1, jc // bs)  # (N, L)
-    bad = (blocks < 0) | (blocks >= num_blocks)
-    if bool(bad.any()):
-        t, i = (int(x) for x in torch.nonzero(bad)[0])
-        b = int(row[t])
-        raise ValueError(
-            f"block_table[{b}, {int(jc[t, i]) // bs}] = {int(blocks[t, i])} is read (it holds key position "
-            f"{int(jc[t, i])}, inside row {b}'s windows) but is not a block of the pool (0..{num_blocks - 1})"
-        )
-    return PagedPlan(blocks * bs + jc % bs, present[:, None, None, :])
+    lens = seqlens.tolist()
+    for b in range(B):
+        if lens[b] < counts[b]:
+            raise ValueError(f"cache_seqlens[{b}] = {lens[b]}, but row {b} has {counts[b]} queries "
+                             f"(cu_seqlens_q[{b + 1}] - cu_seqlens_q[{b}]); each row's length must be at least its "
+                             f"query count (the new queries' own keys are in the cache)")
+    longest_row = max(lens) if B else 1
+    longest_q = max(counts) if B else 1
+    index, plans, real = [], [], []
+    for T in (1, min(VARLEN_TILE, longest_q)) if longest_q > 1 else (1,):
+        tiles = []  # (row, first query's packed index, real queries in the tile)
+        for b in range(B):
+            if (counts[b] == 1) != (T == 1) or counts[b] == 0:
+                continue
+            tiles += [(b, cu[b] + s, min(T, counts[b] - s)) for s in range(0, counts[b], T)]
+        if not tiles:
+            continue
+        rows = torch.tensor([t[0] for t in tiles], device=device)
+        first = torch.tensor([t[1] for t in tiles], device=device)
+        n_real = torch.tensor([t[2] for t in tiles], device=device)
+        offs = torch.arange(T, device=device)
+        idx = first[:, None] + torch.minimum(offs, n_real[:, None] - 1)  # (tiles, T): repeats the last real query
+        row_start = torch.tensor([cu[t[0]] for t in tiles], device=device)
+        p = seqlens[rows][:, None] - torch.tensor([counts[t[0]] for t in tiles], device=device)[:, None] + (
+            idx - row_start[:, None])  # (tiles, T) query positions
+        p_first, p_last = p[:, :1], p[:, -1:]
+        L = max(1, longest_row if window_size is None else min(T + window_size - 1, longest_row))
+        j = p_last - L + 1 + torch.arange(L, device=device)  # (tiles, L) key positions
+        seen = j >= 0 if window_size is None else (j >= 0) & (j > p_first - window_size)
+        jc = torch.where(seen, j, p_last)
+        blocks = table[rows].gather(1, jc // block_size)  # (tiles, L)
+        bad = (blocks < 0) | (blocks >= num_blocks)
+        if bool(bad.any()):
+            t, i = (int(x) for x in torch.nonzero(bad)[0])
+            b = int(rows[t])
+            raise ValueError(
+                f"block_table[{b}, {int(jc[t, i]) // block_size}] = {int(blocks[t, i])} is read (it holds key "
+                f"position {int(jc[t, i])}, inside row {b}'s windows) but is not a block of the pool "
+                f"(0..{num_blocks - 1})"
+            )
+        pi, jj = p[:, :, None], j[:, None, :]
+        see = (jj <= pi) if window_size is None else allowed(pi, jj, window_size)
+        mask = (see & seen[:, None, :])[:, None]  # (tiles, 1, T, L)
+        keep = torch.nonzero((offs[None, :] < n_real[:, None]).flatten())[:, 0]  # real queries among tiles * T
+        index.append(idx)
+        plans.append(PagedPlan(blocks * block_size + jc % block_size, mask))
+        real.append((keep, idx.flatten()[keep]))
+    return VarlenPlan(tuple(index), tuple(plans), tuple(real))
 
 
 def _check_varlen_q(q, cu_seqlens_q, max_seqlen_q) -> None:
@@ -374,13 +419,20 @@ def attend_paged(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
 
     One gather of every row's keys through ``plan.slots`` (the copy a fused kernel avoids),
     then one masked ``scaled_dot_product_attention`` in float32. Shapes as :func:`paged_attention`.
-    With a :func:`paged_varlen_plan` (one plan row per query), ``q`` may also be the packed
-    ``(1, total_q, nheads, headdim)`` of a decoder layer (:meth:`Block.forward_paged
-    <swkv_teach.model.Block.forward_paged>`): it is run as ``total_q`` rows of one query.
+    With a :class:`VarlenPlan` (:func:`paged_varlen_plan`), ``q`` is packed: ``(total_q, nheads,
+    headdim)``, or ``(1, total_q, nheads, headdim)`` as a decoder layer hands it
+    (:meth:`Block.forward_paged <swkv_teach.model.Block.forward_paged>`); each group of tiles is
+    one gather and one SDPA call.
     """
-    if q.shape[0] != plan.slots.shape[0]:  # packed varlen queries: one plan row per query
-        B, Tq, H, D = q.shape
-        return attend_paged(q.reshape(B * Tq, 1, H, D), k_cache, v_cache, plan, softmax_scale).view(B, Tq, H, D)
+    if isinstance(plan, VarlenPlan):  # packed varlen queries, (total_q, H, D) or (1, total_q, H, D)
+        flat = q.reshape(-1, *q.shape[-2:])
+        if len(plan.plans) == 1 and plan.index[0].shape[1] == 1:  # decode rows only: tiles are the queries, in order
+            return attend_paged(flat[:, None], k_cache, v_cache, plan.plans[0], softmax_scale).view(q.shape)
+        out = torch.empty_like(flat)
+        for index, sub, (keep, dest) in zip(plan.index, plan.plans, plan.real):
+            y = attend_paged(flat[index], k_cache, v_cache, sub, softmax_scale)  # (tiles, T, H, D)
+            out.index_copy_(0, dest, y.flatten(0, 1).index_select(0, keep))
+        return out.view(q.shape)
     B, Tq, H, D = q.shape
     n_blocks, bs, Hk, _ = k_cache.shape
     k = k_cache.reshape(n_blocks * bs, Hk, D)[plan.slots]  # (B, L, Hk, D)

@@ -43,11 +43,16 @@ def step_varlen(decoder, input_ids: torch.Tensor, cu_seqlens_q: torch.Tensor, st
     """
     c = decoder.config
     W = c.window_size if window_size is None else window_size
-    decoder._check_ids("input_ids", input_ids[None])
     device = input_ids.device
     cu = cu_seqlens_q.to(device=device, dtype=torch.long)
     counts = cu.diff()
     N, B = input_ids.shape[0], counts.shape[0]
+    if N == B and bool((counts == 1).all()):
+        # every row decodes one token: that is step_paged's batch of (B, 1), the same computation with
+        # less planning (FlashAttention's varlen kernel with all query lengths 1 is its decode kernel)
+        logits = decoder.step_paged(input_ids[:, None], start, kv, block_table, W)[:, 0]  # (B, vocab)
+        return logits if logits_at is None else logits[logits_at]
+    decoder._check_ids("input_ids", input_ids[None])
     start = torch.as_tensor(start, device=device).long()
     if start.shape != (B,) or bool((start < 0).any()):
         raise ValueError(f"start must be (batch,) = ({B},) non-negative positions; got {start.tolist()}")
