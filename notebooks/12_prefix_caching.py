@@ -460,7 +460,7 @@ plt.show()
 #
 # * **Where the working set fits** (40 blocks and more), every policy hits nearly everything it can.
 # * **Just above the cliff**, where the exact LRU has only just come to hold the working set, the sampled LRU is
-#   some ten points below it: each time it evicts a block that is old but still needed, instead of the oldest,
+#   10 to 20 points below it: each time it evicts a block that is old but still needed, instead of the oldest,
 #   a later access misses. A few blocks further up, 5 or 10 samples are within a few points of exact: the pool of
 #   the 16 idlest keys seen so far remembers good candidates across evictions, so even 5 samples find an old block.
 # * **Below the cliff** the exact LRU hits nothing: the chat's conversations come round in the same order every
