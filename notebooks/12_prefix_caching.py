@@ -113,8 +113,8 @@ if not HAVE_REDIS:
 # without allocating (`kv_cache_utils.py:259-265`); an `OrderedDict` gives the same three operations in O(1).
 # One more rule: when a request finishes, its blocks are freed **last first** ("Free blocks in reverse order so that
 # the tail blocks are freed first", `single_type_kv_cache_manager.py:598-599`), so the tail of a prompt, the part
-# least likely to be shared, is evicted before its head (`kv_cache_utils.py:267-274`). (All vLLM citations: v0.33.0,
-# `vllm/v1/core/`.)
+# least likely to be shared, is evicted before its head (`kv_cache_utils.py:267-274`). (vLLM citations: v0.33.0,
+# paths under `vllm/v1/core/` unless given in full.)
 #
 # **Your turn, before reading on:** [exercise 13](../exercises/13_prefix_cache_lru.ipynb) has you write the hash
 # chain and this free queue (touch on a hit, evict the least recently freed, never a block in use), graded against
@@ -149,7 +149,8 @@ print("block 0 freed again goes to the tail:                 ", list(queue))
 # partial block's keys are not final until it fills.
 #
 # The hash must also be the same in every process, or two servers sharing a store would never find each other's
-# blocks. Python's `hash()` is salted per process (`PYTHONHASHSEED`); vLLM uses SHA-256 by default and derives the
+# blocks. Python's `hash()` is salted per process (`PYTHONHASHSEED`); vLLM hashes with SHA-256 by default
+# (`prefix_caching_hash_algo = "sha256"`, `vllm/config/cache.py:259-263`) and derives the
 # first block's parent from a fixed seed (`"vllm-none-hash"`) unless `PYTHONHASHSEED` is set, and from random bytes
 # only for its non-cryptographic hashes (`resolve_none_hash_seed`, `kv_cache_utils.py:117-131`). The library's
 # `hash_block_tokens` is SHA-256 over the parent's 32 bytes and the ids as 8-byte integers. Two conversations'
@@ -249,9 +250,11 @@ for window in (None, W):
 
 # %% [markdown]
 # Full attention loses the whole prompt with its first block. The window keeps its hit: the request skips every
-# full block but the ones its last token needs, and holds only the 4 blocks its first computed query can see. The scheduler counts such a hit
-# the way vLLM's `PrefixCacheStats` does (`vllm/v1/metrics/stats.py:121`): the skipped early positions are hit
-# tokens too, since they are not computed.
+# token but the last, which is always computed because its logits pick the next token (vLLM caps a hit at
+# `num_tokens - 1`, `vllm/v1/core/kv_cache_manager.py:294-301`), and it holds only the 4 blocks that last query can
+# see. The scheduler counts such a hit as vLLM does: the hit length that `find_longest_cache_hit` returns, the
+# skipped early positions included (`kv_cache_manager.py:302-306`), recorded in `PrefixCacheStats`
+# (`kv_cache_manager.py:255-264`, `vllm/v1/metrics/stats.py:121`).
 #
 # ## 4. A multi-turn chat, with caching off, on, and with a store
 #
@@ -385,8 +388,9 @@ if HAVE_REDIS:
 # ## 6. Exact LRU against Redis's sampled LRU
 #
 # Redis evicts with `maxmemory-policy allkeys-lru` when it holds more than `maxmemory` bytes, but it keeps no
-# recency list (that would cost two pointers per key). When it must evict it samples `maxmemory-samples` random
-# keys (default 5; `evictionPoolPopulate`, redis 7.0.15 `src/evict.c:146-150`), merges them into a pool of the 16
+# recency list: each key carries only a 24-bit access clock (`LRU_BITS 24`, redis 7.0.15 `src/server.h:847`), no
+# links to other keys. When it must evict it samples `maxmemory-samples` random
+# keys (default 5, `src/config.c:3076`; `evictionPoolPopulate`, `src/evict.c:146-150`), merges them into a pool of the 16
 # idlest keys seen so far (`EVPOOL_SIZE`, `src/evict.c:54`) and evicts the idlest in the pool (`performEvictions`,
 # `src/evict.c:540`). More samples approach the exact LRU and cost more CPU per eviction.
 #
