@@ -306,7 +306,8 @@ for _ in range(2):
         out = serve_chat(make(), tok, **CHAT)
         speed[name].append(out["new_tokens"] / out["seconds"])
 for name, rates in speed.items():
-    print(f"{name:24} {statistics.median(rates):7.0f} tokens/s   ({statistics.median(rates) / statistics.median(speed['off']):.2f}x off)")
+    rate, off = statistics.median(rates), statistics.median(speed["off"])
+    print(f"{name:24} {rate:7.0f} tokens/s   ({rate / off:.2f}x off)")
 
 # %% [markdown]
 # Caching on is the fastest: it skips most of the prefill. The small pool runs fewer requests at once, which costs
@@ -389,9 +390,9 @@ if HAVE_REDIS:
 #
 # Redis evicts with `maxmemory-policy allkeys-lru` when it holds more than `maxmemory` bytes, but it keeps no
 # recency list: each key carries only a 24-bit access clock (`LRU_BITS 24`, redis 7.0.15 `src/server.h:847`), no
-# links to other keys. When it must evict it samples `maxmemory-samples` random
-# keys (default 5, `src/config.c:3076`; `evictionPoolPopulate`, `src/evict.c:146-150`), merges them into a pool of the 16
-# idlest keys seen so far (`EVPOOL_SIZE`, `src/evict.c:54`) and evicts the idlest in the pool (`performEvictions`,
+# links to other keys. When it must evict it samples `maxmemory-samples` random keys (default 5,
+# `src/config.c:3076`; `evictionPoolPopulate`, `src/evict.c:146-150`), merges them into a pool of the 16 idlest
+# keys seen so far (`EVPOOL_SIZE`, `src/evict.c:54`) and evicts the idlest in the pool (`performEvictions`,
 # `src/evict.c:540`). More samples approach the exact LRU and cost more CPU per eviction.
 #
 # Measuring it needs one trick. Redis's idle time comes from a 24-bit clock in **seconds** (`LRU_CLOCK_RESOLUTION
@@ -435,11 +436,12 @@ if HAVE_REDIS:
     for budget in BUDGETS:
         mine = [r for r in rows if r["budget"] == budget]
         cap = statistics.median(r["capacity"] for r in mine)
-        cells = "  ".join(f"{clock} {s:>2}: "
-                          f"{statistics.median(r['redis_hit_rate'] for r in mine if (r['samples'], r['clock']) == (s, clock)):.0%}"
-                          for clock, s in (("virtual", 1), ("virtual", 5), ("virtual", 10), ("wall", 5)))
-        print(f"maxmemory {budget:>6} (~{cap:.0f} blocks): exact {statistics.median(r['exact_hit_rate'] for r in mine):.0%} | "
-              f"Redis {cells}")
+        rate = {(clock, s): statistics.median(r["redis_hit_rate"] for r in mine
+                                              if (r["clock"], r["samples"]) == (clock, s))
+                for clock, s in (("virtual", 1), ("virtual", 5), ("virtual", 10), ("wall", 5))}
+        cells = "  ".join(f"{clock} {s:>2}: {v:.0%}" for (clock, s), v in rate.items())
+        exact_rate = statistics.median(r["exact_hit_rate"] for r in mine)
+        print(f"maxmemory {budget:>6} (~{cap:.0f} blocks): exact {exact_rate:.0%} | Redis {cells}")
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 4.2), dpi=DPI)
@@ -453,7 +455,8 @@ pts = [(r["capacity"], r["redis_hit_rate"]) for r in rows if r["samples"] == 5 a
 if pts:
     ax.scatter(*zip(*pts), color="gray", marker="x", label="Redis, samples 5, replayed within ~1 s (no trick)")
 ax.set(xlabel="blocks the cache holds", ylabel="hit rate over the chat's block accesses", ylim=(-0.03, 1.0),
-       xlim=(0, 61), title="The chat's block accesses: exact LRU (line) and Redis's sampled LRU (points), same capacity")
+       xlim=(0, 61), title="The chat's block accesses: exact LRU (line) and Redis's sampled LRU (points), "
+       "same capacity")
 ax.grid(alpha=0.3)
 ax.legend(loc="lower right")
 fig.tight_layout()
