@@ -329,10 +329,8 @@ class Scheduler:
             block = self.pool.get(h)
             if block is not None:
                 self.pool.acquire([block])
-            elif self.store is None or self.pool.free_blocks == 0 or not (got := self._fetch(h)):
+            elif self.store is None or self.pool.free_blocks == 0 or (block := self._fetch(h)) is None:
                 break
-            else:
-                block = got
             request.table.append(block)
         request.cached = len(request.table)
         request.written = request.cached * bs
