@@ -27,7 +27,7 @@ def wrong(check: str, *words: str, needs_accelerator: bool = False):
 
 def load() -> list:
     """Every registered wrong answer (importing the modules registers them)."""
-    from tests.wrong_answers import chunk, decode, h2o, int8, lru, masks, paged, ring, sinks, sliding  # noqa: F401
+    from tests.wrong_answers import chunk, decode, h2o, int8, lru, masks, paged, prefix, ring, sinks, sliding  # noqa: F401
 
     if importlib.util.find_spec("transformers") is not None:  # exercise 11's answers subclass transformers' classes
         from tests.wrong_answers import hf_layer  # noqa: F401
