@@ -154,13 +154,13 @@ def paged_attention(
     (vLLM: ``vllm/_custom_ops.py`` at commit 7bcae67b, ``paged_attention_v1``, line 33; the
     block layout from the argument comments of its CUDA kernel, ``csrc/attention/attention_kernels.cuh``.)
     That kernel takes no window: vLLM's v0 model runner made a sliding window out of shorter
-    rows. For each decode row, ``ModelInputForGPUBuilder._compute_for_sliding_window``
-    (``vllm/worker/model_runner.py``, vLLM v0, e.g. the copy at commit 587909ce) replaced
-    ``seq_len`` by ``min(seq_len, sliding_window)`` (with block manager v2:
-    ``min(seq_len, block_aligned_sliding_window + seq_len % block_size)``) and kept only the
-    last ``curr_sliding_window_blocks`` entries of the row's table
-    (``block_table[-curr_sliding_window_blocks:]`` in the attention metadata builder). Here
-    the row keeps its true length and full table, and the window is a mask, as FlashAttention's.
+    rows. In ``ModelRunner._prepare_decode`` (``vllm/worker/model_runner.py`` at commit
+    587909ce) each decode row passes ``seq_len = min(seq_len, self.sliding_window)`` and only the
+    last ``sliding_window // block_size`` entries of its table, ``block_table[-sliding_window_blocks:]``
+    (the v0 block manager reused those blocks as a ring; later v0 releases capped the length at
+    ``block_aligned_sliding_window + seq_len % block_size`` instead, in
+    ``_compute_for_sliding_window``). Here the row keeps its true length and its whole table, and
+    the window is a mask, as FlashAttention's.
 
     **Varlen queries** (the rows of one forward with different numbers of new tokens, e.g.
     decode rows beside prefill chunks): pass ``q`` as ``(total_q, nheads, headdim)``, row ``b``'s

@@ -1,37 +1,39 @@
 """Prefix caching: full blocks named by a hash chain, kept after use in an LRU free queue.
 
 Where LRU really lives in a serving engine: not over tokens (a window evicts by age, lesson 5),
-but over whole *blocks* that no request holds any more. vLLM's automatic prefix caching
-(vllm-project/vllm, ``vllm/v1/core/kv_cache_utils.py`` and ``vllm/v1/core/block_pool.py`` at
-commit 002f3491) works like this, and so does this module:
+but over whole *blocks* that no request holds any more. vLLM's automatic prefix caching works
+like this (cited from vLLM v0.33.0, the PyPI sdist, by file and line), and so does this module:
 
 1. **Name a block by everything before it.** A full block of ``block_size`` token ids gets
    ``hash_block_tokens(parent_hash, token_ids)``, its parent being the previous block's hash
-   (vLLM's ``hash_block_tokens``: a hash of ``(parent_block_hash, token_ids, extra_keys)``).
-   Two requests share a block's hash only if they share every token up to its end, which is
-   exactly when the block's keys are the same (keys depend on the tokens and their positions).
-   Here the hash is SHA-256 over the parent's 32 bytes and the ids as 8-byte integers, with a
-   fixed root for the first block: stable across processes and machines (a store shared by two
-   servers needs that; Python's ``hash()`` is salted per process, and vLLM's first parent
-   ``NONE_HASH`` is random unless ``PYTHONHASHSEED`` is set).
+   (vLLM: ``hash_block_tokens`` hashes ``(parent_block_hash, token_ids, extra_keys)``, the first
+   parent being ``NONE_HASH``; ``vllm/v1/core/kv_cache_utils.py`` lines 707-737). Two requests
+   share a block's hash only if they share every token up to its end, which is exactly when the
+   block's keys are the same (keys depend on the tokens and their positions). Here the hash is
+   SHA-256 over the parent's 32 bytes and the ids as 8-byte integers, with a fixed root for the
+   first block: the same in every process and machine (a store shared by two servers needs
+   that; Python's ``hash()`` is salted per process).
 2. **Keep freed blocks, least recently freed first out.** A block whose reference count falls
-   to zero keeps its keys and its hash, and joins the tail of the free queue (vLLM's
-   ``FreeKVCacheBlockQueue``, a doubly linked list; an ``OrderedDict`` here, the build guide's
-   LRU reborn). A new request whose prompt hits a cached block takes it back out of the
-   queue ("touch": vLLM's ``BlockPool.touch``), from wherever it is, in O(1). A new block is
-   taken from the blocks that hold nothing first, then from the head of the queue: the least
-   recently freed cached block is evicted and its hash forgotten (vLLM's
-   ``_maybe_evict_cached_block``). A block in use is never in the queue, so never evicted.
-3. **Free a request's blocks tail first.** vLLM frees a finished request's blocks in reverse
-   ("Free blocks in reverse order so that the tail blocks are freed first",
-   ``SingleTypeKVCacheManager.free`` in ``vllm/v1/core/single_type_kv_cache_manager.py``):
-   the tail of a prompt is the part least likely to be shared, so it should be evicted
-   first, and the LRU queue does that when it is appended first. :meth:`PrefixCache.release`
-   does the same.
+   to zero keeps its keys and its hash and joins the tail of the free queue (vLLM's
+   ``FreeKVCacheBlockQueue``, a doubly linked list, ``kv_cache_utils.py`` line 258; an
+   ``OrderedDict`` here, the build guide's LRU reborn). A new request whose prompt hits a cached
+   block takes it back out of the queue, from wherever it is, in O(1) ("touch":
+   ``BlockPool.touch``, ``vllm/v1/core/block_pool.py`` line 792). A new block comes from the
+   blocks holding nothing first, then from the head of the queue: the least recently freed
+   cached block is evicted and its hash forgotten (``get_new_blocks`` and
+   ``_maybe_evict_cached_block``, lines 706 and 769). A block in use is never in the queue, so
+   never evicted.
+3. **Free a request's blocks tail first.** "Free blocks in reverse order so that the tail blocks
+   are freed first" (``SingleTypeKVCacheManager.free``,
+   ``vllm/v1/core/single_type_kv_cache_manager.py`` lines 591-599): the tail of a prompt is the
+   part least likely to be shared, so it is appended first and evicted first.
+   :meth:`PrefixCache.release` does the same.
 
-One difference from vLLM: vLLM keeps every free block, cached or not, in one queue, so a
-freed partial block (no hash) waits behind cached ones; here blocks that hold no cached
-content are always handed out before any cached block is evicted.
+vLLM's ``free_blocks`` (``block_pool.py`` lines 816-846) prepends freed blocks that have no hash
+to the queue's front ("LIFO reuse of non-cached blocks for better GPU locality") and appends
+cached ones to its tail, so a block holding nothing is always reused before a cached one is
+evicted. Here the blocks holding nothing wait in their own first-in, first-out line (the
+order :class:`~swkv_teach.caches.BlockPool` uses), with the same effect on what is evicted.
 
 :func:`find_longest_cache_hit` is the lookup, with vLLM's rule for a sliding window.
 """
@@ -190,7 +192,8 @@ class PrefixCache:
 
         A chain breaks at its first miss: block ``i``'s hash covers every token before it, so
         block ``i + 1`` cannot be cached without ``i`` having been computed (vLLM's
-        ``FullAttentionManager.find_longest_cache_hit``). Changes nothing: :meth:`acquire` takes them.
+        ``FullAttentionManager.find_longest_cache_hit``, ``single_type_kv_cache_manager.py`` line 743 of
+        v0.33.0). Changes nothing: :meth:`acquire` takes them.
         """
         out = []
         for h in hashes:
@@ -292,7 +295,8 @@ def find_longest_cache_hit(cache: PrefixCache, hashes: Sequence[bytes], block_si
         block_size: tokens per block.
         window_size: ``W`` (query ``i`` sees ``i - W < j <= i``); None: full attention.
         max_tokens: hit at most this many tokens (a scheduler passes ``len(tokens) - 1``: the last
-            token is always computed, so its logits exist; vLLM's ``max_cache_hit_length``).
+            token is always computed, so its logits exist; vLLM's ``max_cache_hit_length =
+            request.num_tokens - 1``, ``vllm/v1/core/kv_cache_manager.py`` line 302).
     Returns:
         ``k`` entries: the request skips tokens ``0 .. k * block_size - 1`` and starts computing
         at ``k * block_size``. Entry ``i`` is the cached block to hold for logical block ``i``,
@@ -301,7 +305,8 @@ def find_longest_cache_hit(cache: PrefixCache, hashes: Sequence[bytes], block_si
     **Full attention**: the longest run of cached blocks from the first (:meth:`PrefixCache.lookup`).
 
     **Sliding window** (vLLM's ``SlidingWindowManager.find_longest_cache_hit``,
-    ``vllm/v1/core/single_type_kv_cache_manager.py`` at commit 002f3491): starting to compute
+    ``vllm/v1/core/single_type_kv_cache_manager.py`` lines 969-1044 of v0.33.0, with
+    ``_contiguous_blocks_for_hit`` = ``cdiv(window_size - 1, block_size)``, lines 956-966): starting to compute
     at position ``n = k * block_size``, the first query sees keys ``n - W + 1 .. n``, so only the
     ``W - 1`` positions before ``n`` must be cached: they fill the last
     ``c = ceil((W - 1) / block_size)`` blocks before ``n``. Blocks further back are never read,

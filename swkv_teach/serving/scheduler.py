@@ -23,21 +23,26 @@ so nothing is ever preempted; the price is room promised but not yet used, and r
 requests wait a step while a newcomer is prefilled.
 
 **One token budget (``token_budget=N``), as vLLM v1.** vLLM's scheduler has "no decoding
-phase nor prefill phase": each step hands out a token budget so that each request's
-``num_computed_tokens`` catches up with its ``num_tokens`` (the ``NOTE(woosuk)`` comment at the
-top of ``Scheduler.schedule``, ``vllm/v1/core/sched/scheduler.py``). Here each step
+phase nor prefill phase": each step hands out a token budget (``max_num_scheduled_tokens``)
+so that each request's ``num_computed_tokens`` catches up with its ``num_tokens`` (the
+``NOTE(woosuk)`` comment in ``Scheduler.schedule``, ``vllm/v1/core/sched/scheduler.py`` lines
+701-719 of vLLM v0.33.0). Here each step
 
 1. gives every decoding request its one token first, then spends the rest of the budget on
-   chunks of partly-read prompts, then on waiting requests (first come first served);
+   chunks of partly-read prompts, then on waiting requests (first come first served). vLLM
+   walks its running list in order ("First, schedule the RUNNING requests", line 793), then
+   the waiting ones (line 1049); putting decode rows first keeps a long prompt from taking a
+   running request's token;
 2. takes blocks as they are needed. When the pool has none, the **newest** running request is
    preempted: its blocks are freed, its computed tokens forgotten, and it goes back to the front
    of the queue, to be recomputed later (prompt and the tokens it already produced, as one
-   prefill) - vLLM's ``preempted_req = self.running.pop()`` in ``Scheduler.schedule`` and
-   ``_preempt_request`` (``num_computed_tokens = 0``, ``waiting.prepend_request``). As there,
-   no request is admitted in a step that preempted;
+   prefill): vLLM's ``preempted_req = self.running.pop()`` (line 970) and ``_preempt_request``
+   (``num_computed_tokens = 0``, ``waiting.prepend_request``: lines 1799-1842). As there, no
+   waiting request is admitted in a step that preempted (``if not preempted_reqs``, line 1050);
 3. runs **one** forward over all of it, rows of different lengths packed as FlashAttention's
    varlen layout (:func:`~swkv_teach.serving.forward.step_varlen`), logits only where a token
-   is picked (each row whose chunk reaches its last token).
+   is picked, each row whose chunk reaches its last token (vLLM's ``logits_indices =
+   query_start_loc[1:] - 1``, ``vllm/v1/worker/gpu_model_runner.py`` line 2195).
 
 A preempted request keeps its tokens and its sampling generator, so its output equals
 generating it alone, greedy or sampled.
@@ -49,8 +54,11 @@ read from the queue (a newcomer, or a preempted one) first looks its blocks up
 the blocks holding the ``W - 1`` positions before the first computed token are held), then,
 with a ``store``, asks the store for the next blocks in its chain, copying each hit into a
 fresh block, and computes only the rest; at least its last token is always computed (its
-logits pick the next token). Every block that fills up is cached; blocks evicted from the
-cache are written to the store. :meth:`Scheduler.stats` counts it all.
+logits pick the next token; ``max_cache_hit_length = request.num_tokens - 1``,
+``vllm/v1/core/kv_cache_manager.py`` line 302). Every block that fills up is cached; blocks
+evicted from the cache are written to the store. :meth:`Scheduler.stats` counts it all, hits
+as vLLM's ``PrefixCacheStats`` (``vllm/v1/metrics/stats.py`` line 121: ``queries`` are tokens
+looked up, ``hits`` the tokens a hit covers, skipped sliding-window positions included).
 
 Window convention: :mod:`swkv_teach.masks`.
 """
@@ -288,10 +296,20 @@ class Scheduler:
         first_needed = max(0, request.written - self.window_size + 1) // self.pool.block_size
         gone = [b for b in request.table[:first_needed] if b >= 0]
         request.table[:first_needed] = [-1] * min(first_needed, len(request.table))
-        self.pool.release(gone)
+        self._give(gone)
+
+    def _give(self, blocks: list[int]) -> None:
+        """Drop one hold on each of ``blocks`` (a request's, in its order): with prefix caching the last first,
+        as vLLM (a request's tail is its least shared part, so it should be evicted first); without, in
+        order, so block numbers come and go as lesson 7 shows them."""
+        if self.prefix_caching:
+            self.pool.release(blocks)
+        else:
+            for b in blocks:
+                self.pool.release([b])
 
     def _free_all(self, request: Request) -> None:
-        self.pool.release([b for b in request.table if b >= 0])  # tail first (PrefixCache.release)
+        self._give([b for b in request.table if b >= 0])
         request.table = []
 
     def _retire(self, request: Request) -> None:
@@ -329,10 +347,8 @@ class Scheduler:
             block = self.pool.get(h)
             if block is not None:
                 self.pool.acquire([block])
-            elif self.store is None or self.pool.free_blocks == 0 or not (got := self._fetch(h)):
+            elif self.store is None or self.pool.free_blocks == 0 or (block := self._fetch(h)) is None:
                 break
-            else:
-                block = got
             request.table.append(block)
         request.cached = len(request.table)
         request.written = request.cached * bs
