@@ -294,8 +294,8 @@ for name, (out, st) in runs.items():
 # %% [markdown]
 # With caching on, the server computes about an eighth of the prompt tokens: the system prompt once, each
 # history once, then only each turn's new line and the partial block before it. The small pool loses part of
-# that (blocks evicted before the next turn asks for them), and the store wins most of it back: an evicted block
-# costs one copy from the store instead of a prefill. Every server gives the same tokens: nothing a cache or a
+# that (blocks evicted before the next turn asks for them), and the store wins it back: an evicted block costs
+# one copy from the store instead of a prefill. Every server gives the same tokens: nothing a cache or a
 # store returns can change one. Tokens per second (medians of 2 interleaved runs; this machine's figures, noisy):
 
 # %%
@@ -466,9 +466,10 @@ plt.show()
 # What the measurement says (the points are this run's; Redis samples at random, so they move a little):
 #
 # * **Where the working set fits** (40 blocks and more), every policy hits nearly everything it can.
-# * **Just above the cliff**, where the exact LRU has only just come to hold the working set, the sampled LRU is
-#   10 to 20 points below it: each time it evicts a block that is old but still needed, instead of the oldest,
-#   a later access misses. A few blocks further up, 5 or 10 samples are within a few points of exact: the pool of
+# * **Around the cliff** the two part ways, by 10 or 20 points either way from run to run. Where the exact LRU has
+#   just come to hold the working set, the sampled one sometimes evicts a block that is old but still needed
+#   instead of the oldest, and a later access misses; where the exact LRU is still falling off the cliff, sampling
+#   keeps part of the loop. A few blocks above it, 5 or 10 samples are within a few points of exact: the pool of
 #   the 16 idlest keys seen so far remembers good candidates across evictions, so even 5 samples find an old block.
 # * **Below the cliff** the exact LRU hits nothing: the chat's conversations come round in the same order every
 #   turn, and LRU always evicts the block needed next. One sample, close to random eviction, still hits now and
