@@ -310,9 +310,9 @@ for name, rates in speed.items():
     print(f"{name:24} {rate:7.0f} tokens/s   ({rate / off:.2f}x off)")
 
 # %% [markdown]
-# Caching on is the fastest: it skips most of the prefill. The small pool runs fewer requests at once, which costs
-# more time than its prefill; and on this tiny model a block copied from the store saves about what it costs (a
-# 16-token prefill of 300,000 parameters is cheap). The prefill a hit saves grows with the model (about `2 ×
+# Caching on is the fastest: it skips most of the prefill. The small pool runs fewer requests at once and
+# recomputes what it evicted; the store takes back the recomputing, but on this tiny model a block copied from the
+# store is not much cheaper than its prefill (16 tokens through 300,000 parameters is cheap). The prefill a hit saves grows with the model (about `2 ×
 # parameters` FLOPs per token, lesson 0), the copy does not: on a 7B model a block from a store is far cheaper
 # than computing it, which is why tiers such as LMCache exist.
 
