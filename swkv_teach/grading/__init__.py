@@ -24,6 +24,7 @@ from swkv_teach.grading.int8 import check_int8_quantize
 from swkv_teach.grading.lru import check_lru_cache
 from swkv_teach.grading.masks import check_sliding_window_mask
 from swkv_teach.grading.paged import check_paged_window
+from swkv_teach.grading.prefix import check_prefix_cache_lru
 from swkv_teach.grading.split_kv import check_paged_decode_kernel
 
 
@@ -59,6 +60,7 @@ EXERCISES = {
         Exercise("10", "h2o_eviction", "check_h2o_keep", "h2o_keep", 3),
         Exercise("11", "hf_cache_layer", "check_hf_cache_layer", "RingLayer, ring_cache", 3),
         Exercise("12", "paged_decode_kernel", "check_paged_decode_kernel", "attend_block, merge", 3),
+        Exercise("13", "prefix_cache_lru", "check_prefix_cache_lru", "hash_block_tokens, block_hashes, PrefixCache", 3),
     )
 }
 
@@ -74,6 +76,7 @@ __all__ = [
     "check_lru_cache",
     "check_paged_decode_kernel",
     "check_paged_window",
+    "check_prefix_cache_lru",
     "check_ring_buffer_cache",
     "check_sink_cache",
     "check_sliding_window_cache",

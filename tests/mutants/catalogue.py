@@ -412,3 +412,73 @@ MUTANTS += [
     M("kernel-splits-floor", _DECODE, "    per = -(-span // num_splits)\n    window =", "    per = max(1, span // num_splits)\n    window =",
       "blocks per split rounded down: the oldest blocks of a window are never read", KERNELS),
 ]
+
+# ----------------------------------------------------------------------------- helper `store` (issue 28): the block
+# store and the LRU replay; each must be caught by its own module's tests.
+STORE = ["tests/test_store.py"]
+MUTANTS += [
+    M("store-no-checksum", "swkv_teach/store.py", "    if hashlib.sha256(body).digest() != digest:",
+      "    if False:", "a corrupted value read back as keys and values", STORE),
+    M("store-no-layout-check", "swkv_teach/store.py", "        if header.get(k) != want[k]:",
+      "        if k == 'format' and header.get(k) != want[k]:", "another model's or dtype's block used", STORE),
+    M("store-key-without-model", "swkv_teach/store.py",
+      "    return f\"{layout['model'][:16]}:{hashlib.sha256(rest.encode()).hexdigest()[:8]}\"",
+      "    return hashlib.sha256(rest.encode()).hexdigest()[:8]", "two models on one Redis share keys", STORE),
+    M("store-backoff-unbounded", "swkv_teach/store.py",
+      "            self._wait = min(self.max_backoff, max(self.backoff, 2 * self._wait))",
+      "            self._wait = max(self.backoff, 2 * self._wait) * 8", "hits do not resume within seconds", STORE),
+    M("store-local-evicts-newest", "swkv_teach/store.py", "            _, old = self.data.popitem(last=False)",
+      "            _, old = self.data.popitem(last=True)", "the local store evicts the block just put", STORE),
+    M("lru-replay-evicts-newest", "swkv_teach/bench/lru_replay.py", "            lru.popitem(last=False)",
+      "            lru.popitem(last=True)", "the exact LRU evicts the most recent", ["tests/test_lru_replay.py"]),
+]
+
+# ------------------------------------------------------------- serving, prefix caching, varlen attention
+# (appended by helper serving, issue 28; run: make mutation MUTATION_ARGS="--only serving-... prefix-... varlen-...")
+SERVING = ["tests/test_serving.py", "tests/test_serving_v1.py"]
+PREFIX = ["tests/test_prefix_cache.py"]
+VARLEN = ["tests/test_paged_attention_varlen.py"]
+SCHED = "swkv_teach/serving/scheduler.py"
+PREFIX_PY = "swkv_teach/caches/prefix.py"
+MUTANTS += [
+    M("serving-needed-counts-last-token", SCHED, "written = prompt_len + max_new_tokens - 1",
+      "written = prompt_len + max_new_tokens", "the promise counts the last new token as written (over-promise)",
+      SERVING),
+    M("serving-needed-ignores-short", SCHED, "return min(-(-written // bs), blocks_spanned(span, bs))",
+      "return blocks_spanned(span, bs)", "a short request promised the window's blocks, more than it fills", SERVING),
+    M("serving-preempt-oldest", SCHED, "victim = self.running[-1]", "victim = self.running[0]",
+      "the oldest running request preempted instead of the newest", SERVING),
+    M("serving-prefill-before-decode", SCHED,
+      "for r in decoding + [r for r in self.running if r.written < r.prefill_end]:",
+      "for r in [r for r in self.running if r.written < r.prefill_end] + decoding:",
+      "prompt chunks served before the decode rows' tokens", SERVING),
+    M("serving-hit-includes-last-token", SCHED, "max_tokens=n - 1)", "max_tokens=n)",
+      "a full hit leaves no token to compute, so no logits to pick from", SERVING),
+    M("serving-window-freed-early", SCHED,
+      "first_needed = max(0, request.written - self.window_size + 1) // self.pool.block_size",
+      "first_needed = max(0, request.written - self.window_size + 2) // self.pool.block_size",
+      "a block freed while the next query's window still reads it", SERVING),
+    M("serving-preempt-keeps-progress", SCHED, "request.written = request.cached = 0", "request.cached = 0",
+      "a preempted request resumes where it was, though its blocks are gone", SERVING),
+    M("serving-store-block-zero-is-a-miss", SCHED, "(block := self._fetch(h)) is None", "not (block := self._fetch(h))",
+      "a store hit copied into pool block 0 taken for a miss (and the block leaked)", SERVING),
+    M("prefix-release-head-first", PREFIX_PY, "for b in reversed(blocks):", "for b in blocks:",
+      "a request's head freed first, so its shared prefix is evicted before its private tail", PREFIX),
+    M("prefix-evict-most-recent", PREFIX_PY, "return self._q.popitem(last=False)[0]",
+      "return self._q.popitem(last=True)[0]", "the free queue evicts the most recently freed block", PREFIX),
+    M("prefix-touch-forgotten", PREFIX_PY, "self.free_queue.remove(b)  # touch", "pass  # touch",
+      "a hit block stays in the free queue: it can be evicted while a request reads it", PREFIX),
+    M("prefix-evict-before-empty", PREFIX_PY, "        if self._empty:", "        if self._empty and not self.free_queue:",
+      "a cached block evicted while empty blocks are free", PREFIX),
+    M("prefix-hash-forgets-parent", PREFIX_PY, "return hashlib.sha256(parent_hash + struct.pack(",
+      "return hashlib.sha256(struct.pack(", "a block's hash ignores everything before it", PREFIX),
+    M("prefix-window-needs-one-more", PREFIX_PY, "need = -(-(window_size - 1) // block_size)",
+      "need = -(-window_size // block_size)", "the sliding-window hit asks for W positions before the start, not W - 1",
+      PREFIX),
+    M("varlen-reads-outside-windows", "swkv_teach/attention.py",
+      "seen = j >= 0 if window_size is None else (j >= 0) & (j > p_first - window_size)", "seen = j >= 0",
+      "a tile gathers keys no query of it may see (a freed block, garbage)", VARLEN),
+    M("varlen-tile-runs-over", "swkv_teach/attention.py",
+      "idx = first[:, None] + torch.minimum(offs, n_real[:, None] - 1)", "idx = first[:, None] + offs",
+      "a short tile borrows the next row's queries", VARLEN),
+]
