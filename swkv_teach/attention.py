@@ -21,8 +21,8 @@ from swkv_teach._validate import check_positive_int
 from swkv_teach.masks import allowed, window_mask
 
 __all__ = [
-    "PagedPlan", "attend_paged", "attention", "attention_with_cache", "cached_attention", "paged_attention",
-    "paged_plan", "sliding_window_attention",
+    "PagedPlan", "VarlenPlan", "attend_paged", "attention", "attention_with_cache", "cached_attention", "paged_attention",
+    "paged_plan", "paged_varlen_plan", "sliding_window_attention",
 ]
 
 
@@ -124,6 +124,9 @@ def paged_attention(
     block_table: torch.Tensor,
     window_size: int | None = None,
     softmax_scale: float | None = None,
+    *,
+    cu_seqlens_q: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
 ) -> torch.Tensor:
     """Attention of a batch of sequences over keys in blocks of a shared pool: what a paged kernel computes.
 
@@ -143,16 +146,38 @@ def paged_attention(
     ``cache_seqlens``       ``cache_seqlens`` (line 1561)            ``seq_lens``
     ``block_table``         ``block_table`` (batch,                  ``block_tables``
                             max_num_blocks_per_seq) int32 (1568)
-    ``window_size=W``       ``window_size=(W - 1, 0)`` (1542-1544)   (out-of-window blocks freed by the manager)
+    ``window_size=W``       ``window_size=(W - 1, 0)`` (1542-1544)   none: lengths capped to the window, see below
     ``softmax_scale``       ``softmax_scale``, default               ``scale``
                             ``1/sqrt(headdim)`` (line 1597)
     ======================  ======================================  ============================================
 
     (vLLM: ``vllm/_custom_ops.py`` at commit 7bcae67b, ``paged_attention_v1``, line 33; the
     block layout from the argument comments of its CUDA kernel, ``csrc/attention/attention_kernels.cuh``.)
+    That kernel takes no window: vLLM's v0 model runner made a sliding window out of shorter
+    rows. For each decode row, ``ModelInputForGPUBuilder._compute_for_sliding_window``
+    (``vllm/worker/model_runner.py``, vLLM v0, e.g. the copy at commit 587909ce) replaced
+    ``seq_len`` by ``min(seq_len, sliding_window)`` (with block manager v2:
+    ``min(seq_len, block_aligned_sliding_window + seq_len % block_size)``) and kept only the
+    last ``curr_sliding_window_blocks`` entries of the row's table
+    (``block_table[-curr_sliding_window_blocks:]`` in the attention metadata builder). Here
+    the row keeps its true length and full table, and the window is a mask, as FlashAttention's.
+
+    **Varlen queries** (the rows of one forward with different numbers of new tokens, e.g.
+    decode rows beside prefill chunks): pass ``q`` as ``(total_q, nheads, headdim)``, row ``b``'s
+    queries at ``q[cu_seqlens_q[b] : cu_seqlens_q[b + 1]]``, with ``cu_seqlens_q``
+    ``(batch + 1,)`` int32 and ``max_seqlen_q`` the longest row's count, the layout of
+    FlashAttention's ``flash_attn_varlen_func`` (``flash_attn/flash_attn_interface.py`` at
+    commit 0251105a, lines 1391-1447: ``q`` line 1432, ``cu_seqlens_q`` 1435, ``max_seqlen_q``
+    1439, ``block_table`` 1407). Its paged form (``mha_varlen_fwd``,
+    ``csrc/flash_attn/flash_api.cpp`` lines 539-547: ``k`` "num_blocks x page_block_size x
+    num_heads_k x head_size if there's a block_table", ``seqused_k`` "only this many elements
+    of each batch element's keys are used") takes each row's key count as ``seqused_k``: that
+    is ``cache_seqlens`` here. The result is ``(total_q, nheads, headdim)``; a row may have no
+    queries (``cu_seqlens_q[b] == cu_seqlens_q[b + 1]``).
 
     Args:
-        q: ``(batch, seqlen_q, nheads, headdim)``, the new queries of each sequence.
+        q: ``(batch, seqlen_q, nheads, headdim)``, the new queries of each sequence; or, with
+            ``cu_seqlens_q``, ``(total_q, nheads, headdim)``, every row's queries one after another.
         k_cache, v_cache: ``(num_blocks, block_size, nheads_k, headdim)``, the pool; ``nheads`` a
             multiple of ``nheads_k``: query head ``h`` reads key/value head ``h // (nheads // nheads_k)``
             (FlashAttention's docstring: "head 0, 1, 2 of Q will attention to head 0 of K, V", line 1527).
@@ -166,8 +191,14 @@ def paged_attention(
         window_size: ``W``: query ``i`` of row ``b`` sits at position ``p = cache_seqlens[b] - seqlen_q + i``
             and attends keys ``j`` with ``p - W < j <= p`` (:mod:`swkv_teach.masks`); None: causal only.
         softmax_scale: default ``1 / sqrt(headdim)``.
+        cu_seqlens_q: ``(batch + 1,)`` integers, 0 first, non-decreasing, ``total_q`` last: row ``b``'s
+            queries are ``q[cu_seqlens_q[b] : cu_seqlens_q[b + 1]]``, the last ones of its
+            ``cache_seqlens[b]`` positions (query ``i`` of the row at ``cache_seqlens[b] - n_b + i``).
+        max_seqlen_q: the largest ``n_b`` (FlashAttention sizes its grid by it); required with
+            ``cu_seqlens_q``, and must be at least every row's count.
     Returns:
-        ``(batch, seqlen_q, nheads, headdim)`` in ``q``'s dtype; scores, softmax and sums in float32.
+        ``(batch, seqlen_q, nheads, headdim)`` (varlen: ``(total_q, nheads, headdim)``) in ``q``'s
+        dtype; scores, softmax and sums in float32.
 
     Worked example, ``block_size = 2``, ``W = 3``, one query per row, ``cache_seqlens = [5, 2]``:
     row 0's query sits at position 4 and reads keys 2, 3, 4, i.e. logical blocks 1 and 2
@@ -180,6 +211,15 @@ def paged_attention(
     do: it walks the table and reads each block in place, in on-chip tiles, never writing the
     window out (and splits long contexts over thread blocks). The result is the same.
     """
+    if cu_seqlens_q is not None or max_seqlen_q is not None:
+        _check_varlen_q(q, cu_seqlens_q, max_seqlen_q)
+        W, scale = _check_paged(q[None], k_cache, v_cache, None, window_size, softmax_scale)
+        plan = paged_varlen_plan(cu_seqlens_q, max_seqlen_q, cache_seqlens, block_table, k_cache.shape[1],
+                                 k_cache.shape[0], W, q.device)
+        return attend_paged(q, k_cache, v_cache, plan, scale)
+    if isinstance(q, torch.Tensor) and q.dim() == 3:
+        raise ValueError(f"q has 3 dims, shape {tuple(q.shape)}: varlen queries (total_q, nheads, headdim) need "
+                         f"cu_seqlens_q and max_seqlen_q; otherwise pass q as (batch, seqlen_q, nheads, headdim)")
     W, scale = _check_paged(q, k_cache, v_cache, block_table, window_size, softmax_scale)
     plan = paged_plan(cache_seqlens, block_table, q.shape[1], k_cache.shape[1], k_cache.shape[0], W, q.device)
     return attend_paged(q, k_cache, v_cache, plan, scale)
@@ -239,13 +279,160 @@ def paged_plan(cache_seqlens, block_table: torch.Tensor, seqlen_q: int, block_si
     return PagedPlan(slots, (see & present[:, None, :])[:, None])  # mask (B, 1, Tq, L)
 
 
+class VarlenPlan(NamedTuple):
+    """A :func:`paged_varlen_plan`: the packed queries cut into tiles, in groups of one tile size.
+
+    Group ``g``: ``index[g]`` ``(tiles, T)`` packed-query numbers of each tile (a tile shorter than
+    ``T`` repeats its last query, whose output is dropped); ``plans[g]`` a :class:`PagedPlan` of
+    ``tiles`` rows of ``T`` queries; ``real[g]`` ``(keep, dest)``: the real queries' places among
+    the ``tiles * T`` outputs and their packed numbers.
+    """
+
+    index: tuple
+    plans: tuple
+    real: tuple
+
+
+VARLEN_TILE = 16  # queries per tile of a multi-token row: each tile gathers T + W - 1 keys, not T * W
+
+
+def paged_varlen_plan(cu_seqlens_q, max_seqlen_q: int, cache_seqlens, block_table: torch.Tensor, block_size: int,
+                      num_blocks: int, window_size: int | None = None, device=None) -> VarlenPlan:
+    """Plan varlen queries (:func:`paged_attention` with ``cu_seqlens_q``), checking the table entries read.
+
+    A tile is up to ``T`` consecutive queries of one row, at positions ``p_first .. p_last``;
+    it reads the ``L = T + W - 1`` positions ending at ``p_last`` (every key its queries may
+    see), as a FlashAttention program reads one tile of queries against the keys of their
+    windows. Rows of one query (decoding) are tiles of ``T = 1`` (``L = W``); longer rows (prefill
+    chunks) are cut into tiles of ``T = min(VARLEN_TILE, longest)``; two groups, so a decode
+    row pays for no padding and a prompt's keys are gathered about ``(T + W - 1) / T`` times,
+    not ``W`` times. Without a window, ``L`` is the longest row. A key position a tile's queries
+    never see (before 0, or before ``p_first - W + 1``) reads ``p_last``'s slot instead, masked
+    out: nothing outside a window is ever gathered, so a block no query needs may be -1.
+
+    Worked example, ``block_size = 2``, ``W = 3``, ``cache_seqlens = [5, 2]``,
+    ``cu_seqlens_q = [0, 1, 3]``: row 0's one query (position 4) is a tile of 1 reading keys
+    2, 3, 4; row 1's two queries (positions 0, 1) are a tile of 2 reading positions -3 .. 1,
+    the negative ones masked.
+    """
+    if window_size is not None:
+        check_positive_int("window_size", window_size)
+    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
+        got = (f"shape {tuple(block_table.shape)}" if isinstance(block_table, torch.Tensor)
+               else type(block_table).__name__)
+        raise ValueError(f"block_table must be a 2-D integer tensor (batch, max_blocks_per_seq); got {got}")
+    if block_table.is_floating_point() or block_table.dtype == torch.bool:
+        raise TypeError(f"block_table must hold integer block numbers; got dtype {block_table.dtype}")
+    device = block_table.device if device is None else device
+    cu = [int(x) for x in cu_seqlens_q.tolist()]
+    B = len(cu) - 1
+    if block_table.shape[0] != B:
+        raise ValueError(f"block_table has {block_table.shape[0]} rows but cu_seqlens_q describes batch={B} rows "
+                         f"(batch + 1 = {B + 1} entries)")
+    table = block_table.to(device=device, dtype=torch.long)
+    counts = [b - a for a, b in zip(cu, cu[1:])]
+    seqlens = _check_seqlens(cache_seqlens, B, 0, block_size, table.shape[1], device)
+    lens = seqlens.tolist()
+    for b in range(B):
+        if lens[b] < counts[b]:
+            raise ValueError(f"cache_seqlens[{b}] = {lens[b]}, but row {b} has {counts[b]} queries "
+                             f"(cu_seqlens_q[{b + 1}] - cu_seqlens_q[{b}]); each row's length must be at least its "
+                             f"query count (the new queries' own keys are in the cache)")
+    longest_row = max(lens) if B else 1
+    longest_q = max(counts) if B else 1
+    index, plans, real = [], [], []
+    for T in (1, min(VARLEN_TILE, longest_q)) if longest_q > 1 else (1,):
+        tiles = []  # (row, first query's packed index, real queries in the tile)
+        for b in range(B):
+            if (counts[b] == 1) != (T == 1) or counts[b] == 0:
+                continue
+            tiles += [(b, cu[b] + s, min(T, counts[b] - s)) for s in range(0, counts[b], T)]
+        if not tiles:
+            continue
+        rows = torch.tensor([t[0] for t in tiles], device=device)
+        first = torch.tensor([t[1] for t in tiles], device=device)
+        n_real = torch.tensor([t[2] for t in tiles], device=device)
+        offs = torch.arange(T, device=device)
+        idx = first[:, None] + torch.minimum(offs, n_real[:, None] - 1)  # (tiles, T): repeats the last real query
+        row_start = torch.tensor([cu[t[0]] for t in tiles], device=device)
+        p = seqlens[rows][:, None] - torch.tensor([counts[t[0]] for t in tiles], device=device)[:, None] + (
+            idx - row_start[:, None])  # (tiles, T) query positions
+        p_first, p_last = p[:, :1], p[:, -1:]
+        L = max(1, longest_row if window_size is None else min(T + window_size - 1, longest_row))
+        j = p_last - L + 1 + torch.arange(L, device=device)  # (tiles, L) key positions
+        seen = j >= 0 if window_size is None else (j >= 0) & (j > p_first - window_size)
+        jc = torch.where(seen, j, p_last)
+        blocks = table[rows].gather(1, jc // block_size)  # (tiles, L)
+        bad = (blocks < 0) | (blocks >= num_blocks)
+        if bool(bad.any()):
+            t, i = (int(x) for x in torch.nonzero(bad)[0])
+            b = int(rows[t])
+            raise ValueError(
+                f"block_table[{b}, {int(jc[t, i]) // block_size}] = {int(blocks[t, i])} is read (it holds key "
+                f"position {int(jc[t, i])}, inside row {b}'s windows) but is not a block of the pool "
+                f"(0..{num_blocks - 1})"
+            )
+        pi, jj = p[:, :, None], j[:, None, :]
+        see = (jj <= pi) if window_size is None else allowed(pi, jj, window_size)
+        mask = (see & seen[:, None, :])[:, None]  # (tiles, 1, T, L)
+        keep = torch.nonzero((offs[None, :] < n_real[:, None]).flatten())[:, 0]  # real queries among tiles * T
+        index.append(idx)
+        plans.append(PagedPlan(blocks * block_size + jc % block_size, mask))
+        real.append((keep, idx.flatten()[keep]))
+    return VarlenPlan(tuple(index), tuple(plans), tuple(real))
+
+
+def _check_varlen_q(q, cu_seqlens_q, max_seqlen_q) -> None:
+    if cu_seqlens_q is None or max_seqlen_q is None:
+        missing = "cu_seqlens_q" if cu_seqlens_q is None else "max_seqlen_q"
+        raise ValueError(f"varlen queries need both cu_seqlens_q and max_seqlen_q (FlashAttention's "
+                         f"flash_attn_varlen_func); {missing} is missing")
+    if not isinstance(q, torch.Tensor):
+        raise TypeError(f"q must be a torch.Tensor shaped (total_q, nheads, headdim); got {type(q).__name__}")
+    if q.dim() != 3:
+        raise ValueError(f"q has {q.dim()} dims, shape {tuple(q.shape)}; with cu_seqlens_q, expected 3: "
+                         f"(total_q, nheads, headdim)")
+    if not isinstance(cu_seqlens_q, torch.Tensor) or cu_seqlens_q.dim() != 1 or cu_seqlens_q.shape[0] < 2:
+        got = f"shape {tuple(cu_seqlens_q.shape)}" if isinstance(cu_seqlens_q, torch.Tensor) else repr(cu_seqlens_q)
+        raise ValueError(f"cu_seqlens_q must be a (batch + 1,) integer tensor (int32 in FlashAttention), batch >= 1; "
+                         f"got {got}")
+    if cu_seqlens_q.is_floating_point() or cu_seqlens_q.dtype == torch.bool:
+        raise TypeError(f"cu_seqlens_q must hold integer offsets; got dtype {cu_seqlens_q.dtype}")
+    cu = cu_seqlens_q.tolist()
+    if cu[0] != 0 or any(b < a for a, b in zip(cu, cu[1:])) or cu[-1] != q.shape[0]:
+        raise ValueError(f"cu_seqlens_q must start at 0, never decrease and end at total_q = {q.shape[0]} "
+                         f"(q's first dim); got {cu}")
+    if cu[-1] < 1:
+        raise ValueError(f"q holds no queries (shape {tuple(q.shape)}); expected total_q >= 1")
+    if isinstance(max_seqlen_q, bool) or not isinstance(max_seqlen_q, int):
+        raise TypeError(f"max_seqlen_q must be an int (the longest row's query count); got "
+                        f"{type(max_seqlen_q).__name__} {max_seqlen_q!r}")
+    longest = max(b - a for a, b in zip(cu, cu[1:]))
+    if max_seqlen_q < longest:
+        raise ValueError(f"max_seqlen_q = {max_seqlen_q} but a row of cu_seqlens_q has {longest} queries; "
+                         f"max_seqlen_q must be at least the longest row's count")
+
+
 def attend_paged(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: PagedPlan,
                  softmax_scale: float | None = None) -> torch.Tensor:
     """The attention half of :func:`paged_attention`, given a :func:`paged_plan` (no checks: the hot path).
 
     One gather of every row's keys through ``plan.slots`` (the copy a fused kernel avoids),
     then one masked ``scaled_dot_product_attention`` in float32. Shapes as :func:`paged_attention`.
+    With a :class:`VarlenPlan` (:func:`paged_varlen_plan`), ``q`` is packed: ``(total_q, nheads,
+    headdim)``, or ``(1, total_q, nheads, headdim)`` as a decoder layer hands it
+    (:meth:`Block.forward_paged <swkv_teach.model.Block.forward_paged>`); each group of tiles is
+    one gather and one SDPA call.
     """
+    if isinstance(plan, VarlenPlan):  # packed varlen queries, (total_q, H, D) or (1, total_q, H, D)
+        flat = q.reshape(-1, *q.shape[-2:])
+        if len(plan.plans) == 1 and plan.index[0].shape[1] == 1:  # decode rows only: tiles are the queries, in order
+            return attend_paged(flat[:, None], k_cache, v_cache, plan.plans[0], softmax_scale).view(q.shape)
+        out = torch.empty_like(flat)
+        for index, sub, (keep, dest) in zip(plan.index, plan.plans, plan.real):
+            y = attend_paged(flat[index], k_cache, v_cache, sub, softmax_scale)  # (tiles, T, H, D)
+            out.index_copy_(0, dest, y.flatten(0, 1).index_select(0, keep))
+        return out.view(q.shape)
     B, Tq, H, D = q.shape
     n_blocks, bs, Hk, _ = k_cache.shape
     k = k_cache.reshape(n_blocks * bs, Hk, D)[plan.slots]  # (B, L, Hk, D)
