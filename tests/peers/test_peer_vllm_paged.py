@@ -17,9 +17,9 @@ Kept: bfloat16 (upstream's only dtype), block size 16, a random block table over
 (the course has neither), ``fa_version``/``seq_threshold_3D`` (kernel choices), ``use_out``.
 
 Upstream feeds all sequences at once, with ``cu_seqlens_q`` for their different query lengths
-(``[(1, 1328), (5, 18), (129, 463)]``); ``paged_attention`` takes one ``seqlen_q`` per call, so
-each sequence goes in a call of its own, with its row of the block table (the same arithmetic:
-rows never interact). The decode list ``[(1, 523), (1, 37), (1, 2011)]`` goes in one call.
+(``[(1, 1328), (5, 18), (129, 463)]``): so does :func:`course_varlen`, in one call. The same batch
+also goes through the fixed-``seqlen_q`` form (:func:`course_rows`: one call per query length, rows
+never interact), and both must agree with the oracle.
 
 Judged by a float64 oracle, per element (:mod:`peer_bounds`), and by upstream's own
 ``assert_close(atol=1.5e-2, rtol=1e-2)`` against its bf16 reference. ``ref_paged_attn`` scales the
@@ -72,8 +72,16 @@ def ref_paged_attn(query, key_cache, value_cache, query_lens, kv_lens, block_tab
     return torch.cat(outputs, dim=0)
 
 
-def course(query, key_cache, value_cache, query_lens, kv_lens, block_tables, scale, sliding_window):
-    """The same batch through ``paged_attention``: one call per distinct query length (rows never interact)."""
+def course_varlen(query, key_cache, value_cache, query_lens, kv_lens, block_tables, scale, sliding_window):
+    """The batch as upstream passes it: packed queries, ``cu_seqlens_q``, ``max_seqlen_q``."""
+    cu = torch.tensor([0] + list(query_lens), dtype=torch.int32).cumsum(dim=0, dtype=torch.int32)
+    return paged_attention(query, key_cache, value_cache, torch.as_tensor(kv_lens), block_tables,
+                           window_size=sliding_window, softmax_scale=scale, cu_seqlens_q=cu,
+                           max_seqlen_q=max(query_lens))
+
+
+def course_rows(query, key_cache, value_cache, query_lens, kv_lens, block_tables, scale, sliding_window):
+    """The same batch through the fixed-``seqlen_q`` form: one call per distinct query length."""
     out = torch.empty_like(query)
     starts = [0]
     for n in query_lens:
@@ -109,13 +117,15 @@ def run_case(seq_lens, num_heads, head_size, sliding_window, block_size=16, num_
     max_num_blocks_per_seq = (max(kv_lens) + block_size - 1) // block_size
     block_tables = torch.randint(0, num_blocks, (len(seq_lens), max_num_blocks_per_seq), dtype=torch.int32)
 
-    output = course(query, key_cache, value_cache, query_lens, kv_lens_t, block_tables, scale, sliding_window)
+    output = course_varlen(query, key_cache, value_cache, query_lens, kv_lens_t, block_tables, scale, sliding_window)
+    rows = course_rows(query, key_cache, value_cache, query_lens, kv_lens_t, block_tables, scale, sliding_window)
     ref_output = ref_paged_attn(query.clone(), key_cache, value_cache, query_lens, kv_lens_t, block_tables, scale,
                                 sliding_window)
     oracle = ref_paged_attn(query.double(), key_cache.double(), value_cache.double(), query_lens, kv_lens_t,
                             block_tables, scale, sliding_window, score_dtype=torch.float64)
     if upstream_check:
         torch.testing.assert_close(output, ref_output, atol=1.5e-2, rtol=1e-2)  # upstream's criterion
+    assert worst_ratio(rows, oracle, dtype) <= 1, "the fixed-seqlen_q form is off the float64 oracle"
     print(f"max |error| vs float64: course {(output.double() - oracle).abs().max():.4f}, "
           f"vLLM's reference {(ref_output.double() - oracle).abs().max():.4f}")
     return worst_ratio(output, oracle, dtype), worst_ratio(ref_output, oracle, dtype)
@@ -177,7 +187,12 @@ def _float32_case(seq_lens, heads, W, bs, scale):
     query = torch.randn(sum(q_lens), heads[0], 16)
     k, v = torch.randn(num_blocks, bs, heads[1], 16), torch.randn(num_blocks, bs, heads[1], 16)
     table = torch.randperm(num_blocks)[: len(seq_lens) * per_row].view(len(seq_lens), per_row)
-    out = course(query, k, v, q_lens, kv_lens, table, scale, W)
-    oracle = ref_paged_attn(query.double(), k.double(), v.double(), q_lens, kv_lens, table, scale, W,
-                            score_dtype=torch.float64)
-    return worst_ratio(out, oracle, torch.float32), 0.0
+    out = course_varlen(query, k, v, q_lens, kv_lens, table, scale, W)
+    assert worst_ratio(course_rows(query, k, v, q_lens, kv_lens, table, scale, W), oracle_of(query, k, v, q_lens,
+                       kv_lens, table, scale, W), torch.float32) <= 1
+    return worst_ratio(out, oracle_of(query, k, v, q_lens, kv_lens, table, scale, W), torch.float32), 0.0
+
+
+def oracle_of(query, k, v, q_lens, kv_lens, table, scale, W):
+    return ref_paged_attn(query.double(), k.double(), v.double(), q_lens, kv_lens, table, scale, W,
+                          score_dtype=torch.float64)
