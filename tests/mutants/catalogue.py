@@ -565,7 +565,7 @@ MUTANTS = [
       "a write of another layout into blocks others hold accepted", POOL),
     M("pool-realloc-while-held", "swkv_teach/caches/pool.py",
       "            and self.k.dtype == k_new.dtype\n", "",
-      "another dtype reallocates (wipes) blocks others hold", POOL),
+      "a pool whose blocks are all free keeps its old dtype for a write of another (a silent cast)", POOL),
     M("pool-write-to-blocks-kv", "swkv_teach/caches/pool.py",
       "    v_cache.view(n_slots, H, D).index_copy_(0, index, v.transpose(1, 2).reshape(-1, H, D))",
       "    v_cache.view(n_slots, H, D).index_copy_(0, index, k.transpose(1, 2).reshape(-1, H, D))",
