@@ -107,7 +107,10 @@ def from_hf(model) -> Decoder:
 
     Args:
         model: a ``transformers.MistralForCausalLM`` (any object with its
-            module layout and a ``MistralConfig`` works).
+            module layout and a ``MistralConfig`` works: a ``LlamaForCausalLM`` with plain RoPE does).
+    Raises:
+        NotImplementedError: what :func:`config_from_hf` refuses, or weights the decoder has no place
+            for (Qwen2's q/k/v biases, Gemma 2's extra norms): converting them would drop them silently.
     """
     _require_transformers()
     if not (hasattr(model, "config") and hasattr(model, "model") and hasattr(model, "lm_head")):
