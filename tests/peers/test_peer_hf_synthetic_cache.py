@@ -15,6 +15,10 @@ list (sorted by the ring's ``positions``; for a chunk the ring returns them chro
 Left out: ``test_sliding_window_cache``'s and ``test_hybrid_cache_sliding_mode``'s scenario 1. At
 this commit they prefill ``[1, 2, 0, 0]`` at positions 0-3 and then write 3.0 at position 2 again:
 rewriting a past position, which a cache of consecutive tokens has no way to express.
+
+At this commit a sliding layer stores ``sliding_window`` tokens, as the ring does; later transformers
+(``DynamicSlidingWindowLayer`` in 5.x, docs/references.md) keep ``W - 1`` between steps, the new
+query bringing its own key, so their literals are one token shorter.
 """
 
 from __future__ import annotations
