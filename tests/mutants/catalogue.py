@@ -42,6 +42,7 @@ GRADE = ["tests/test_grade_check_timeout.py"]
 BENCH = ["tests/test_bench.py", "-k", "targets or flat or ratios_and_a_long_run"]
 # issue 30: the modules added in turn 3, each held to its own tests
 PAGED_ATTN = ["tests/test_paged_attention.py"]
+VARLEN = ["tests/test_paged_attention_varlen.py", "tests/test_paged_attention.py"]
 HF = ["tests/test_hf_parity.py"]
 STATE = ["tests/test_state_dict.py"]
 STATS = ["tests/test_stats.py"]
@@ -368,6 +369,29 @@ MUTANTS = [
     M("paged-attn-scale-ignored", "swkv_teach/attention.py",
       "attn_mask=plan.mask, scale=softmax_scale, enable_gqa=H != Hk,",
       "attn_mask=plan.mask, enable_gqa=H != Hk,", "softmax_scale ignored", PAGED_ATTN),
+    # ------------------------------------------------------------- attention.py, varlen queries (cu_seqlens_q)
+    M("varlen-row-shorter-than-queries", "swkv_teach/attention.py",
+      "        if lens[b] < counts[b]:\n", "        if lens[b] < counts[b] - 1:\n",
+      "a row with fewer keys than queries accepted (a query at position -1)", VARLEN),
+    M("varlen-tile-misses-oldest", "swkv_teach/attention.py",
+      "L = max(1, longest_row if window_size is None else min(T + window_size - 1, longest_row))",
+      "L = max(1, longest_row if window_size is None else min(T + window_size - 2, longest_row))",
+      "a tile gathers one key too few: its first query's oldest key is lost", VARLEN),
+    M("varlen-query-positions", "swkv_teach/attention.py",
+      "            idx - row_start[:, None])  # (tiles, T) query positions",
+      "            idx - row_start[:, None] - 1)  # (tiles, T) query positions",
+      "varlen queries placed one position early", VARLEN),
+    M("varlen-max-seqlen-unchecked", "swkv_teach/attention.py",
+      "    if max_seqlen_q < longest:\n", "    if max_seqlen_q < 1:\n",
+      "a max_seqlen_q below the longest row accepted", VARLEN),
+    M("varlen-cu-unchecked", "swkv_teach/attention.py",
+      "if cu[0] != 0 or any(b < a for a, b in zip(cu, cu[1:])) or cu[-1] != q.shape[0]:",
+      "if cu[0] != 0 or cu[-1] != q.shape[0]:",
+      "a decreasing cu_seqlens_q accepted", VARLEN),
+    M("varlen-decode-shortcut-order", "swkv_teach/attention.py",
+      "if len(plan.plans) == 1 and plan.index[0].shape[1] == 1:",
+      "if len(plan.plans) == 1:",
+      "an all-prefill batch of one tile size takes the decode shortcut (queries out of order)", VARLEN),
     # ------------------------------------------------------------- hf.py
     M("hf-mlp-norm-from-attn-norm", "swkv_teach/hf.py",
       'ours[dst + "mlp_norm.weight"] = hf[src + "post_attention_layernorm.weight"]',
