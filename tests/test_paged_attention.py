@@ -258,3 +258,15 @@ def test_one_dtype_for_q_and_both_caches(which, dtype):
     args[which] = args[which].to(dtype)
     with pytest.raises(TypeError, match="share one dtype"):
         paged_attention(**args)
+
+
+@pytest.mark.parametrize("cu", [[0, 3, 2, 4], [0, 4, 1, 4], [1, 2, 4], [0, 2, 3]])
+def test_cu_seqlens_q_must_start_at_0_never_decrease_and_end_at_total_q(cu):
+    """Guards the varlen offsets' checks: a decreasing ``cu_seqlens_q`` would give a row a negative query count
+    (its queries silently dropped, its output rows left uninitialised); one not starting at 0 or not ending at
+    ``total_q`` (4 here) misplaces every row. Each is named."""
+    B = len(cu) - 1
+    with pytest.raises(ValueError, match="never decrease"):
+        paged_attention(torch.randn(4, 2, 4), torch.randn(8, 4, 2, 4), torch.randn(8, 4, 2, 4),
+                        torch.full((B,), 4), torch.arange(B)[:, None], cu_seqlens_q=torch.tensor(cu, dtype=torch.int32),
+                        max_seqlen_q=4)
