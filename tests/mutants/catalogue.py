@@ -11,7 +11,10 @@ tolerances loosened 100x, a skipped probe, a gradebook status, bench ratios) and
 adds the neighbours of each. The ``probe-*`` mutants remove one probe of a check (a
 scenario, a case, a stream) and run the catalogue of wrong answers: a survivor is a
 probe that no catalogued answer needs (tests/wrong_answers/probes.py holds the answers
-written for them). When the code moves on, a mutant whose snippet is gone is reported
+written for them). Issue 30's block holds the classes of the modules added in turn 3
+(paged and varlen attention, hf.py, every state_dict, stats(), distributed.py,
+evaluate.py/rowwise.py, the block pool, the paged and int8 fast paths), each run
+against its module's own tests. When the code moves on, a mutant whose snippet is gone is reported
 ``stale``: update its snippet, do not delete it silently.
 """
 
@@ -359,7 +362,8 @@ MUTANTS = [
       "queries placed one position early (they miss their own key)", PAGED_ATTN),
     M("paged-attn-gqa-modulo", "swkv_teach/attention.py",
       "attn_mask=plan.mask, scale=softmax_scale, enable_gqa=H != Hk,",
-      "attn_mask=plan.mask, scale=softmax_scale, enable_gqa=H != Hk,\n    ) if H == Hk else F.scaled_dot_product_attention("
+      "attn_mask=plan.mask, scale=softmax_scale, enable_gqa=H != Hk,\n"
+      "    ) if H == Hk else F.scaled_dot_product_attention("
       "\n        q.transpose(1, 2).float(), k.transpose(1, 2).float().repeat(1, H // Hk, 1, 1),"
       " v.transpose(1, 2).float().repeat(1, H // Hk, 1, 1), attn_mask=plan.mask, scale=softmax_scale,",
       "query head h reads KV head h % nheads_k (repeat, not repeat_interleave)", PAGED_ATTN),
@@ -436,7 +440,8 @@ MUTANTS = [
     M("state-extra-keys-accepted", "swkv_teach/caches/_state.py",
       "    if missing or extra:\n", "    if missing:\n", "unexpected keys in a state accepted", STATE),
     M("state-layout-unchecked", "swkv_teach/caches/_state.py",
-      "if held is not None and lay is not None and held != lay:", "if held is None and lay is not None and held != lay:",
+      "if held is not None and lay is not None and held != lay:",
+      "if held is None and lay is not None and held != lay:",
       "a state of another layout loaded over a cache holding one", STATE),
     M("state-shape-unchecked", "swkv_teach/caches/_state.py",
       "    if tuple(t.shape) != tuple(shape):\n", "    if len(t.shape) != len(shape):\n",
@@ -474,7 +479,8 @@ MUTANTS = [
       "H2O/TOVA state drops the accumulated scores (the next eviction differs)", STATE),
     M("state-lru-order-lost", "swkv_teach/caches/lru.py",
       "_state_keys = (\"seen\", \"returned\", \"ids\", \"keys\", \"values\", \"hits\", \"misses\", \"evictions\")",
-      "_state_keys = (\"seen\", \"returned\", \"ids\", \"keys\", \"values\", \"hits\", \"misses\", \"evictions\", \"extra\")",
+      "_state_keys = (\"seen\", \"returned\", \"ids\", \"keys\", \"values\", \"hits\", \"misses\", \"evictions\", "
+      "\"extra\")",
       "LRU state keys and what it writes disagree (every load refused)", STATE),
     # ------------------------------------------------------------- stats()
     M("stats-evicted-plus", "swkv_teach/caches/base.py",
@@ -559,7 +565,8 @@ MUTANTS = [
       "torch.tensor([1 - level, level], dtype=torch.float64)",
       "a one-sided level used for a two-sided interval (too narrow)", EVAL),
     M("eval-paired-unpaired", "swkv_teach/evaluate.py",
-      "return _bootstrap(a - b, level, n_boot, seed)", "return _bootstrap(a - b[torch.randperm(len(b))], level, n_boot, seed)",
+      "return _bootstrap(a - b, level, n_boot, seed)",
+      "return _bootstrap(a - b[torch.randperm(len(b))], level, n_boot, seed)",
       "the paired difference pairs other segments", EVAL),
     M("eval-segments-overlap", "swkv_teach/evaluate.py",
       "n = len(ids) // (length + 1)", "n = len(ids) // length",

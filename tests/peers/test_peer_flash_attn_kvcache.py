@@ -88,8 +88,14 @@ def _generate_block_kvcache(seqlen_k, paged_kv_block_size, batch_size, nheads_k,
     k_cache_paged = torch.randn(num_blocks, paged_kv_block_size, nheads_k, d, device=device, dtype=dtype)
     v_cache_paged = torch.randn(num_blocks, paged_kv_block_size, nheads_k, d, device=device, dtype=dtype)
     block_table = torch.randperm(num_blocks, dtype=torch.int32, device=device).view(batch_size, -1)
-    dense = lambda pool: pool[block_table.long().flatten()].view(batch_size, -1, nheads_k, d)[:, :seqlen_k]  # noqa: E731
-    return dense(k_cache_paged), dense(v_cache_paged), block_table, k_cache_paged, v_cache_paged, num_blocks
+    k_cache, v_cache = (dense(p, block_table, seqlen_k) for p in (k_cache_paged, v_cache_paged))
+    return k_cache, v_cache, block_table, k_cache_paged, v_cache_paged, num_blocks
+
+
+def dense(pool, block_table, seqlen_k):
+    """Each row's blocks one after another, cut at ``seqlen_k``: upstream's ``rearrange(pool[table.flatten()],
+    "(b nblocks) block_size ... -> b (nblocks block_size) ...")[:, :seqlen_k]``."""
+    return pool[block_table.long().flatten()].view(block_table.shape[0], -1, *pool.shape[2:])[:, :seqlen_k]
 
 
 def run_case(seqlen_q, seqlen_k, d, paged_kv_block_size, seqlen_new_eq_seqlen_q, local, new_kv, mha_type, dtype):
@@ -132,8 +138,9 @@ def run_case(seqlen_q, seqlen_k, d, paged_kv_block_size, seqlen_new_eq_seqlen_q,
         pos = cache_seqlens.long()[:, None] + torch.arange(seqlen_new)  # (batch, seqlen_new)
         slots = block_table.long().gather(1, pos // bs) * bs + pos % bs
         write_to_blocks(k_pool, v_pool, slots, k.transpose(1, 2), v.transpose(1, 2))
-        dense = lambda pool: pool[block_table.long().flatten()].view(batch_size, -1, nheads_k, d)[:, :seqlen_k]  # noqa: E731
-        assert torch.equal(dense(k_pool), k_cache_ref) and torch.equal(dense(v_pool), v_cache_ref)  # upstream's check
+        # upstream's check that the cache now holds the new tokens where they belong
+        assert torch.equal(dense(k_pool, block_table, seqlen_k), k_cache_ref)
+        assert torch.equal(dense(v_pool, block_table, seqlen_k), v_cache_ref)
     total = cache_seqlens.long() + (seqlen_new if new_kv else 0)
     W = None if not local else int(window_size[0]) + 1  # causal: (left, 0) is W = left + 1 keys
 
