@@ -53,28 +53,39 @@ def _rope_theta(hf_config) -> float:
     """RoPE base from either layout: ``config.rope_parameters`` (transformers 5.x) or ``config.rope_theta`` (4.x)."""
     params = getattr(hf_config, "rope_parameters", None)
     if isinstance(params, dict) and "rope_theta" in params:
-        rope_type = params.get("rope_type", "default")
+        # 5.x writes "rope_type"; a dict carried over from 4.x may still say "type"
+        rope_type = params.get("rope_type", params.get("type", "default"))
         if rope_type != "default":
-            raise NotImplementedError(f"rope_parameters['rope_type'] must be 'default' (plain RoPE); got {rope_type!r}")
+            raise NotImplementedError(f"rope_parameters['rope_type'] must be 'default' (plain RoPE: the decoder has "
+                                      f"no scaled or extended RoPE); got {rope_type!r} in {params!r}")
         return float(params["rope_theta"])
     scaling = getattr(hf_config, "rope_scaling", None)
     if scaling:
-        raise NotImplementedError(f"config.rope_scaling must be None (plain RoPE); got {scaling!r}")
+        raise NotImplementedError(f"config.rope_scaling must be None (plain RoPE: the decoder has no scaled or "
+                                  f"extended RoPE); got {scaling!r}")
     return float(getattr(hf_config, "rope_theta", 10000.0))
 
 
 def config_from_hf(hf_config) -> DecoderConfig:
     """A :class:`DecoderConfig` from a ``MistralConfig``.
 
-    ``sliding_window=None`` (full causal attention) becomes a window of
-    ``max_position_embeddings``, the same thing for any sequence the model accepts.
+    ``sliding_window=None`` or absent (Llama), or ``layer_types`` all ``"full_attention"`` (Qwen2 with
+    ``use_sliding_window=False``), is full causal attention: a window of ``max_position_embeddings``,
+    the same thing for any sequence the model accepts. Refused: ``layer_types`` mixing both kinds,
+    scaled RoPE (``rope_scaling``, or a ``rope_parameters`` type other than ``"default"``), an activation
+    other than SiLU.
     """
     act = getattr(hf_config, "hidden_act", "silu")
     if act != "silu":
         raise NotImplementedError(f"config.hidden_act must be 'silu' (SwiGLU); got {act!r}")
     head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
-    window = hf_config.sliding_window
-    if window is None:
+    # Llama has no sliding_window at all; Qwen2 keeps one it may not use (layer_types says which layers do)
+    window = getattr(hf_config, "sliding_window", None)
+    kinds = set(getattr(hf_config, "layer_types", None) or ())
+    if len(kinds) > 1:
+        raise NotImplementedError(f"config.layer_types mixes {sorted(kinds)}; the decoder gives every layer one "
+                                  f"window (a model of only sliding or only full layers converts)")
+    if kinds == {"full_attention"} or window is None:
         window = hf_config.max_position_embeddings
     return DecoderConfig(
         vocab_size=hf_config.vocab_size,
@@ -96,7 +107,10 @@ def from_hf(model) -> Decoder:
 
     Args:
         model: a ``transformers.MistralForCausalLM`` (any object with its
-            module layout and a ``MistralConfig`` works).
+            module layout and a ``MistralConfig`` works: a ``LlamaForCausalLM`` with plain RoPE does).
+    Raises:
+        NotImplementedError: what :func:`config_from_hf` refuses, or weights the decoder has no place
+            for (Qwen2's q/k/v biases, Gemma 2's extra norms): converting them would drop them silently.
     """
     _require_transformers()
     if not (hasattr(model, "config") and hasattr(model, "model") and hasattr(model, "lm_head")):
@@ -113,6 +127,16 @@ def from_hf(model) -> Decoder:
             ours[dst + f"attn.{proj}.weight"] = hf[src + f"self_attn.{proj}.weight"]
         for proj in ("gate_proj", "up_proj", "down_proj"):
             ours[dst + f"mlp.{proj}.weight"] = hf[src + f"mlp.{proj}.weight"]
+    # a weight with no place here would be dropped silently (Qwen2's q/k/v biases, Gemma 2's extra norms)
+    used = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
+    used |= {f"model.layers.{i}.{name}" for i in range(config.n_layers) for name in (
+        "input_layernorm.weight", "post_attention_layernorm.weight",
+        *(f"self_attn.{p}.weight" for p in ("q_proj", "k_proj", "v_proj", "o_proj")),
+        *(f"mlp.{p}.weight" for p in ("gate_proj", "up_proj", "down_proj")))}  # fmt: skip
+    left = sorted(set(hf) - used)
+    if left:
+        raise NotImplementedError(f"{type(model).__name__} has weights the decoder has no place for "
+                                  f"({len(left)}, first {left[:3]}): only Mistral's layout (no biases) converts")
     ref = hf["model.embed_tokens.weight"]
     decoder = Decoder(config).to(device=ref.device, dtype=ref.dtype)
     with torch.no_grad():

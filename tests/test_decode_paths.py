@@ -252,3 +252,28 @@ def test_serving_throughput_rows():
     assert result["one_by_one"]["new_tokens"] == 14
     assert result["rows"][1]["steps"] < result["rows"][0]["steps"], "three at a time must take fewer steps"
     assert max(t["running"] for t in result["trace"]) == 3
+
+
+def test_in_place_after_the_first_token_still_refuses_another_dtype():
+    """Guards the fast path's dtype test: once running, a token of another dtype must leave it for ``update``'s
+    checks (the pool's layout), not be copied into the float32 pool with a silent cast."""
+    cache = PagedKVCache(BlockPool(4, 2), 3)
+    for _ in range(3):
+        cache.update_in_place(torch.randn(1, H, 1, D), torch.randn(1, H, 1, D))
+    k = torch.randn(1, H, 1, D, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="dtype"):
+        cache.update_in_place(k, k)
+    assert cache.seen == 3
+
+
+def test_int8_one_token_path_checks_the_values_too():
+    """Guards the int8 fast path's tests on ``v_new``: keys like the cache's but values of another dtype or shape
+    are refused (as ``update``'s checks say), never concatenated with the keys and quantised."""
+    cache = Int8RingBufferKVCache(3)
+    k = torch.randn(1, H, 1, D)
+    cache.update(k, k)
+    with pytest.raises(TypeError, match="same dtype"):
+        cache.update(k, k.double())
+    with pytest.raises(ValueError, match="same shape"):
+        cache.update(k, torch.randn(2, H, 1, D))
+    assert cache.seen == 1

@@ -186,3 +186,26 @@ def test_a_rank_killed_mid_generation_resumes_from_the_last_snapshot(expected, t
     assert "attempt 0" in (snap / "FAULT").read_text()
     assert json.loads((snap / "LATEST").read_text()) == {"token": 24, "world_size": 2}
     assert sorted(p.name for p in snap.glob("rank*.pt")) == ["rank0-24.pt", "rank1-24.pt"]  # older ones dropped
+
+
+def test_latest_is_committed_only_between_barriers(monkeypatch, tmp_path):
+    """Guards the snapshot protocol's order (module docstring): each rank writes its file, *a barrier*, rank 0
+    commits LATEST, a barrier, old files go. Without the first barrier rank 0 could name a snapshot whose other
+    rank files are not on disk yet (a crash then resumes from a half-written snapshot)."""
+    from swkv_teach import distributed
+
+    events = []
+    real_replace = os.replace
+    monkeypatch.setattr(distributed.dist, "barrier", lambda *a, **k: events.append("barrier"))
+    monkeypatch.setattr(distributed.os, "replace",
+                        lambda src, dst: (events.append(Path(dst).name), real_replace(src, dst))[1])
+
+    class Caches:
+        def state_dict(self):
+            return {"layers": []}
+
+    snaps = distributed.Snapshots(tmp_path, 4, rank=0, world_size=2)
+    snaps.save(4, torch.zeros(1, 6, dtype=torch.long), Caches())
+    snaps.save(8, torch.zeros(1, 10, dtype=torch.long), Caches())
+    assert events == ["rank0-4.pt", "barrier", "LATEST", "barrier", "rank0-8.pt", "barrier", "LATEST", "barrier"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["LATEST", "rank0-8.pt"]  # the older file went

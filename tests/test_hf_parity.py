@@ -25,7 +25,8 @@ W = 8
 TOL = 1e-4
 
 
-def make_hf(window: int = W, attn: str = "eager", tie: bool = False):
+def make_hf(window: int = W, attn: str = "eager", tie: bool = False, head_dim: int = 16, eps: float = 1e-6,
+            random_norms: bool = False, **extra):
     torch.manual_seed(0)
     config = transformers.MistralConfig(
         vocab_size=100,
@@ -34,7 +35,8 @@ def make_hf(window: int = W, attn: str = "eager", tie: bool = False):
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=16,
+        head_dim=head_dim,
+        rms_norm_eps=eps,
         sliding_window=window,
         max_position_embeddings=512,
         rope_theta=10000.0,
@@ -44,8 +46,16 @@ def make_hf(window: int = W, attn: str = "eager", tie: bool = False):
         bos_token_id=None,
         eos_token_id=None,
         pad_token_id=None,
+        **extra,
     )
-    return transformers.MistralForCausalLM(config).eval()
+    model = transformers.MistralForCausalLM(config).eval()
+    if random_norms:  # HF initialises every RMSNorm weight to 1: then which norm goes where cannot show
+        g = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.copy_(torch.empty(p.shape).uniform_(0.2, 2.0, generator=g))
+    return model
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +152,92 @@ def test_config_reads_rope_theta_from_either_layout(hf_model):
     scaled = SimpleNamespace(**fields, rope_parameters={"rope_type": "yarn", "rope_theta": 1e4}, sliding_window=4)
     with pytest.raises(NotImplementedError, match="rope_type"):
         config_from_hf(scaled)
+
+
+def test_parity_sees_norms_eps_and_head_dim(ids):
+    """Guards the fields a default random model cannot show: each RMSNorm's own weight (the attention norm
+    loaded into the MLP norm, or the final norm left at 1, change the logits only when the weights differ
+    from 1), ``rms_norm_eps`` (only a large eps on small activations moves them) and an explicit
+    ``head_dim`` that is not ``hidden_size / num_attention_heads`` (Gemma's; 24 here, not 64/4 = 16)."""
+    hf = make_hf(head_dim=24, eps=0.05, random_norms=True)
+    c = config_from_hf(hf.config)
+    assert (c.head_dim, c.norm_eps) == (24, 0.05)
+    ours = from_hf(hf)
+    with torch.no_grad():
+        ref = hf(ids).logits
+        assert (ours(ids) - ref).abs().max() < TOL
+    assert (ours.score(ids, cache="ring", chunk_size=3) - ref).abs().max() < TOL
+    # the test can fail: swapping two layers' norms or using the default eps moves the logits well past TOL
+    swapped = from_hf(hf)
+    with torch.no_grad():
+        a, m = swapped.layers[0].attn_norm.weight, swapped.layers[0].mlp_norm.weight
+        a_copy = a.clone()
+        a.copy_(m)
+        m.copy_(a_copy)
+        assert (swapped(ids) - ref).abs().max() > 100 * TOL
+    default_eps = Decoder(dataclasses.replace(c, norm_eps=1e-6))
+    default_eps.load_state_dict(ours.state_dict())
+    assert (default_eps(ids) - ref).abs().max() > 100 * TOL
+
+
+def _v4_config(**changes):
+    """A transformers 4.x config as a plain namespace: ``rope_theta`` and ``rope_scaling`` as fields."""
+    from types import SimpleNamespace
+
+    fields = dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=16, intermediate_size=128, rms_norm_eps=1e-6, max_position_embeddings=512,
+                  rope_theta=1e4, rope_scaling=None, sliding_window=W, hidden_act="silu")
+    return SimpleNamespace(**{**fields, **changes})
+
+
+@pytest.mark.parametrize("scaling", [{"type": "linear", "factor": 2.0}, {"rope_type": "yarn", "factor": 4.0},
+                                     {"type": "dynamic", "factor": 2.0}])
+def test_rope_scaling_is_refused(scaling):
+    """Guards the refusal of scaled RoPE, which the decoder does not implement (it would run plain RoPE and
+    give other logits). The old layout (4.x: ``rope_scaling`` beside ``rope_theta``) and the new (5.x:
+    ``rope_parameters``, which transformers fills from a ``rope_scaling`` argument) are both named."""
+    with pytest.raises(NotImplementedError, match=r"rope_scaling must be None.*plain RoPE"):
+        config_from_hf(_v4_config(rope_scaling=scaling))
+    with pytest.raises(NotImplementedError, match=r"rope_(scaling|parameters).*plain RoPE"):
+        config_from_hf(make_hf(rope_scaling=scaling).config)
+    old_key = {k: v for k, v in scaling.items()}
+    with pytest.raises(NotImplementedError, match="rope_type"):  # a 5.x dict that kept 4.x's "type"
+        config_from_hf(_v4_config(rope_scaling=None, rope_parameters={**old_key, "rope_theta": 1e4}))
+    assert config_from_hf(_v4_config(rope_scaling={})).rope_theta == 1e4  # empty: plain RoPE
+
+
+def test_llama_without_a_window_converts():
+    """Llama's config has no ``sliding_window`` field at all: full causal attention, same logits as HF."""
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, initializer_range=0.1, attn_implementation="eager",
+        bos_token_id=None, eos_token_id=None, pad_token_id=None)).eval()
+    ours = from_hf(hf)
+    assert ours.config.window_size == 64
+    ids = torch.randint(0, 100, (1, 40), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert (ours(ids) - hf(ids).logits).abs().max() < TOL
+
+
+def _qwen2(**changes):
+    torch.manual_seed(0)
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, sliding_window=W, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        **changes)).eval()
+
+
+def test_qwen2_layouts_are_refused_or_unwindowed():
+    """Guards three silent wrong answers on Qwen2-like models: its q/k/v biases would be dropped by a loader
+    that picks the weights it knows (refused, the first bias named); ``use_sliding_window=False`` keeps a
+    ``sliding_window`` it does not use (its ``layer_types`` say full attention: no window); a mix of
+    sliding and full layers has no single window (refused)."""
+    with pytest.raises(NotImplementedError, match=r"no place for .*self_attn\.\w_proj\.bias"):
+        from_hf(_qwen2(use_sliding_window=True))
+    unused = _qwen2(use_sliding_window=False).config
+    unused.sliding_window = W  # older transformers kept the number even when unused
+    assert config_from_hf(unused).window_size == unused.max_position_embeddings
+    mixed = _qwen2(use_sliding_window=True, max_window_layers=2).config
+    with pytest.raises(NotImplementedError, match="layer_types mixes"):
+        config_from_hf(mixed)

@@ -393,3 +393,39 @@ def test_the_pool_puts_a_saved_state_back_into_the_same_blocks_or_changes_nothin
     with pytest.raises(ValueError, match=r"must list exactly the free blocks \[2\]"):
         pool.reorder_free([2, 3])
     assert pool.free_order() == [2]
+
+
+def test_give_refuses_a_block_no_sequence_holds():
+    """Guards ``give``'s test that the block is held: a free block, a number past the pool and -1 (a freed table
+    entry) are refused, and the free queue is unchanged (a block in it twice would be handed out twice)."""
+    pool = BlockPool(3, 2)
+    held = pool.take(0)
+    before = pool.free_order()
+    for bad in (before[0], 3, 99, -1):
+        with pytest.raises(ValueError, match="not held by any sequence"):
+            pool.give(bad)
+    assert pool.free_order() == before
+    pool.give(held)
+    assert pool.free_order() == before + [held]
+
+
+def test_a_pool_with_every_block_free_takes_the_next_writes_dtype():
+    """Guards ``allocate_like``'s dtype test: once every block is back, a sequence of another dtype gets storage
+    of its dtype (the docstring's "while every block is free, a write of another layout re-allocates")."""
+    pool = BlockPool(4, 2)
+    cache = PagedKVCache(pool, 3)
+    cache.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
+    cache.reset()
+    k = torch.randn(1, 2, 3, 4, dtype=torch.bfloat16)
+    out_k, _ = cache.update(k, k)
+    assert pool.k.dtype == torch.bfloat16 and out_k.dtype == torch.bfloat16 and torch.equal(out_k, k)
+
+
+def test_write_to_blocks_puts_each_token_in_its_slot():
+    """``write_to_blocks`` by hand: block_size 2, row 0's tokens to flat slots [5, 0], row 1's to [2, 3]; keys go to
+    the keys' pool and values to the values' (token t of row b has key 10*b + t and value -(10*b + t))."""
+    k_pool, v_pool = torch.zeros(3, 2, 1, 1), torch.zeros(3, 2, 1, 1)
+    k = torch.tensor([[0.0, 1.0], [10.0, 11.0]]).view(2, 1, 2, 1)  # (batch, heads, tokens, head_dim)
+    sw.caches.pool.write_to_blocks(k_pool, v_pool, torch.tensor([[5, 0], [2, 3]]), k, -k)
+    assert k_pool.flatten().tolist() == [1.0, 0.0, 10.0, 11.0, 0.0, 0.0]
+    assert v_pool.flatten().tolist() == [-1.0, 0.0, -10.0, -11.0, 0.0, -0.0]

@@ -198,3 +198,75 @@ def test_int_cache_seqlens_is_every_row():
     a = paged_attention(**{**args, "cache_seqlens": 2})
     b = paged_attention(**{**args, "cache_seqlens": torch.tensor([2, 2])})
     assert torch.equal(a, b)
+
+
+def bf16_bound(expected: torch.Tensor) -> torch.Tensor:
+    """Per element: what computing in float32 and rounding once to bfloat16 can be off a float64 oracle.
+
+    bfloat16 keeps 8 significant bits, so rounding ``x`` to nearest moves it by at most half a spacing,
+    ``2**-8 * |x|``; the float32 arithmetic before it adds ~1e-6 on values of order one (1e-5 here).
+    Scores, softmax or sums in bfloat16 round at every step and land many spacings away.
+    """
+    return expected.abs() * 2**-8 + 1e-5
+
+
+@pytest.mark.parametrize("seqlens, Tq, W, D, scale", [
+    ([70, 40], 1, None, 64, None),   # long contexts: many bf16 additions in the sums
+    ([70, 40], 3, 33, 64, 4 / 8),    # a window, a chunk of queries, a peaked softmax
+    ([9, 12, 30], 2, 5, 8, None),    # short windows, small head_dim
+])
+def test_bfloat16_is_computed_in_float32(seqlens, Tq, W, D, scale):
+    """Guards the docstring's promise "scores, softmax and sums in float32" for bfloat16 inputs.
+
+    Every element must be within one bfloat16 rounding of a float64 oracle on the same (bfloat16)
+    numbers (:func:`bf16_bound`). The mutant that drops the ``.float()`` casts (scores, softmax and
+    sums in the input dtype) lands up to ~20 bounds away on these cases; an averaged error or a
+    fixed 2e-2 tolerance (the random test above) cannot see it.
+    """
+    k_cache, v_cache, table, dk, dv = build(seqlens, Tq, W, 4, 2, D, torch.bfloat16, 7, "minus1")
+    q = torch.randn(len(seqlens), Tq, 4, D, generator=torch.Generator().manual_seed(8)).to(torch.bfloat16)
+    out = paged_attention(q, k_cache, v_cache, torch.tensor(seqlens), table, W, softmax_scale=scale)
+    assert out.dtype == torch.bfloat16
+    expected = oracle(q, dk, dv, seqlens, W, scale)
+    err = (out.double() - expected).abs()
+    worst = (err / bf16_bound(expected)).max().item()
+    assert worst <= 1, (f"an element is {worst:.1f} bfloat16 roundings off the float64 oracle: scores, softmax "
+                        f"or sums were not computed in float32")
+
+
+@pytest.mark.parametrize("Tq, lens", [(3, [2, 5]), (3, [5, 1]), (4, [3, 4])])
+def test_cache_seqlens_shorter_than_seqlen_q_is_refused(Tq, lens):
+    """Guards the refusal of ``cache_seqlens[b] < seqlen_q``: the queries' own keys are in the cache, so a
+    shorter row would put its first queries at negative positions. (FlashAttention answers such rows;
+    the course refuses them, as its docstring says.) The boundary ``cache_seqlens == seqlen_q`` is accepted.
+    """
+    bad = next(b for b, n in enumerate(lens) if n < Tq)
+    args = dict(q=torch.randn(2, Tq, 2, 4), k_cache=torch.randn(4, 4, 2, 4), v_cache=torch.randn(4, 4, 2, 4),
+                block_table=torch.tensor([[0, 1], [2, 3]]))
+    with pytest.raises(ValueError) as info:
+        paged_attention(cache_seqlens=torch.tensor(lens), **args)
+    assert f"cache_seqlens[{bad}] = {lens[bad]}" in str(info.value) and "seqlen_q" in str(info.value)
+    paged_attention(cache_seqlens=Tq, **args)  # exactly seqlen_q: every key is a query's own
+
+
+@pytest.mark.parametrize("which, dtype", [("v_cache", torch.float64), ("v_cache", torch.bfloat16),
+                                          ("k_cache", torch.float16), ("q", torch.float64)])
+def test_one_dtype_for_q_and_both_caches(which, dtype):
+    """Guards the refusal of mixed dtypes (FlashAttention requires one): a ``v_cache`` (or ``k_cache``, or ``q``)
+    of another dtype is named, never silently cast."""
+    args = _good()
+    args[which] = args[which].to(dtype)
+    with pytest.raises(TypeError, match="share one dtype"):
+        paged_attention(**args)
+
+
+@pytest.mark.parametrize("cu", [[0, 3, 2, 4], [0, 4, 1, 4], [1, 2, 4], [0, 2, 3]])
+def test_cu_seqlens_q_must_start_at_0_never_decrease_and_end_at_total_q(cu):
+    """Guards the varlen offsets' checks: a decreasing ``cu_seqlens_q`` would give a row a negative query count
+    (its queries silently dropped, its output rows left uninitialised); one not starting at 0 or not ending at
+    ``total_q`` (4 here) misplaces every row. Each is named."""
+    B = len(cu) - 1
+    with pytest.raises(ValueError, match="never decrease"):
+        paged_attention(torch.randn(4, 2, 4), torch.randn(8, 4, 2, 4), torch.randn(8, 4, 2, 4),
+                        torch.full((B,), 4), torch.arange(B)[:, None], cu_seqlens_q=torch.tensor(cu, dtype=torch.int32),
+                        max_seqlen_q=4)

@@ -104,3 +104,19 @@ def test_bad_arguments_are_named(kwargs, match):
 def test_ids_must_be_rows_of_at_least_two_tokens():
     with pytest.raises(ValueError, match=r"ids must be a 2-D long tensor"):
         rowwise_losses(tiny(100), torch.zeros(1, 1, dtype=torch.long), "tova", 2)
+
+
+@pytest.mark.parametrize("budget", [1, 3, 5])
+def test_ties_evict_the_oldest_position(budget):
+    """Guards "ties to the oldest position": with the query and key projections zeroed every score ties (uniform
+    attention), so TOVA evicting the oldest keeps the newest ``budget`` tokens, which is the window forward
+    with ``window_size = budget`` (a second method). Ties broken towards the newest keep other tokens."""
+    model = tiny(100)
+    c = model.config
+    with torch.no_grad():
+        for layer in model.layers:
+            layer.attn.qkv_proj.weight[: (c.n_heads + c.n_kv_heads) * c.head_dim] = 0.0
+    ids = torch.randint(0, 11, (3, 16), generator=torch.Generator().manual_seed(5))
+    logits = model(ids[:, :-1], window_size=budget)
+    expected = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten(), reduction="none").view(3, 15)
+    torch.testing.assert_close(rowwise_losses(model, ids, "tova", budget), expected, atol=1e-5, rtol=1e-5)

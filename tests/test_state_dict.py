@@ -407,3 +407,36 @@ def test_layers_sharing_one_pool_are_checked_together():
     with pytest.raises(PoolExhausted, match="needs 6 blocks"):
         target.load_state_dict(state.state_dict())
     assert pool.free_blocks == 4 and all(c.seen == 0 for c in target)
+
+
+def test_a_cache_reloading_into_its_own_full_pool_counts_the_blocks_it_gives_back():
+    """Guards the room check's "blocks the cache holds now and would return": a cache that holds every block of
+    its pool can load a state needing as many (its own, taken earlier), since loading returns its blocks first."""
+    pool = BlockPool(3, 2)
+    cache = PagedKVCache(pool, 5)
+    cache.update(torch.randn(1, 2, 7, 4), torch.randn(1, 2, 7, 4))  # tokens 2..6: 3 blocks, the whole pool
+    state = roundtrip(cache.state_dict())
+    cache.update(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4))
+    assert pool.free_blocks == 0
+    cache.load_state_dict(state)  # needs 3, 0 free, gives back 3
+    assert cache.seen == 7 and len(cache.block_table) == 3
+
+
+def test_a_paged_state_puts_a_shuffled_free_queue_back_in_order():
+    """Guards the restored free queue (``pool_free``): after blocks are taken and returned the pool's queue is no
+    longer in id order; a state loaded into a fresh pool of the same size must put it back as it was, so both
+    take the same blocks from then on."""
+    src_pool = BlockPool(8, 2)
+    src = PagedKVCache(src_pool, 5)
+    for _ in range(23):  # 3 blocks held, 5 free in the order they were returned
+        src.update(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4))
+    assert src_pool.free_order() != sorted(src_pool.free_order())  # the case is not the trivial one
+    dst_pool = BlockPool(8, 2)
+    dst = PagedKVCache(dst_pool, 5)
+    dst.load_state_dict(roundtrip(src.state_dict()))
+    assert dst_pool.free_order() == src_pool.free_order()
+    for _ in range(12):
+        k, v = torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4)
+        src.update(k, v)
+        dst.update(k, v)
+        assert dst.block_table == src.block_table
