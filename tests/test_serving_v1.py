@@ -175,6 +175,21 @@ def test_same_prompt_again_hits_all_but_the_last_token(budget):
     assert out[0] == out[1] == solo(decoder, dict(prompt=prompt, max_new_tokens=6))
 
 
+@pytest.mark.parametrize("budget", [None, 5])
+def test_a_whole_block_is_recomputed_when_the_prompt_fills_its_last_block(budget):
+    """A 12-token prompt in blocks of 2, twice: all 6 blocks are cached, but the last token must be computed
+    (its logits pick the first new token), and hits are whole blocks: 10 tokens hit, 2 computed
+    (vLLM: ``max_cache_hit_length = request.num_tokens - 1``)."""
+    decoder = tiny()
+    s = Scheduler(decoder, num_blocks=20, block_size=2, token_budget=budget, prefix_caching=True)
+    for _ in range(2):
+        s.submit(list(range(60, 72)), 3)
+        s.run()
+    st = s.stats()
+    assert (st["prefix_hit_tokens"], st["prefill_tokens_computed"]) == (10, 14)
+    assert s.finished[1].output == solo(decoder, dict(prompt=list(range(60, 72)), max_new_tokens=3))
+
+
 def test_full_attention_window_holds_every_hit_block():
     """W 64 over a 11-token prompt (the window covers it all): the same hit holds all 5 blocks."""
     decoder = tiny(W=64)

@@ -335,11 +335,12 @@ class Scheduler:
         if not self.prefix_caching:
             return
         tokens = request.output
-        while len(request.hashes) < (n - 1) // bs:  # hashes of the blocks a hit may cover (never the last token)
+        limit = (n - 1) // bs  # blocks a hit may cover: the last token is always computed (its logits pick)
+        while len(request.hashes) < limit:
             i = len(request.hashes)
             request.hashes.append(hash_block_tokens(request.hashes[-1] if i else None, tokens[i * bs : (i + 1) * bs]))
-        hashes = request.hashes[: (n - 1) // bs]
-        hit = find_longest_cache_hit(self.pool, hashes, bs, self.window_size, max_tokens=n - 1)
+        hashes = request.hashes[:limit]
+        hit = find_longest_cache_hit(self.pool, hashes, bs, self.window_size)
         self.pool.acquire([b for b in hit if b is not None])
         request.table = [-1 if b is None else b for b in hit]
         while len(request.table) < len(hashes):  # the chain continues in the pool, or in the store

@@ -342,7 +342,7 @@ MUTANTS += [
       "for r in decoding + [r for r in self.running if r.written < r.prefill_end]:",
       "for r in [r for r in self.running if r.written < r.prefill_end] + decoding:",
       "prompt chunks served before the decode rows' tokens", SERVING),
-    M("serving-hit-includes-last-token", SCHED, "max_tokens=n - 1)", "max_tokens=n)",
+    M("serving-hit-includes-last-token", SCHED, "limit = (n - 1) // bs", "limit = n // bs",
       "a full hit leaves no token to compute, so no logits to pick from", SERVING),
     M("serving-window-freed-early", SCHED,
       "first_needed = max(0, request.written - self.window_size + 1) // self.pool.block_size",
