@@ -113,8 +113,8 @@ if not HAVE_REDIS:
 # without allocating (`kv_cache_utils.py:259-265`); an `OrderedDict` gives the same three operations in O(1).
 # One more rule: when a request finishes, its blocks are freed **last first** ("Free blocks in reverse order so that
 # the tail blocks are freed first", `single_type_kv_cache_manager.py:598-599`), so the tail of a prompt, the part
-# least likely to be shared, is evicted before its head (`kv_cache_utils.py:267-274`). (All vLLM citations: v0.33.0,
-# `vllm/v1/core/`.)
+# least likely to be shared, is evicted before its head (`kv_cache_utils.py:267-274`). (vLLM citations: v0.33.0,
+# paths under `vllm/v1/core/` unless given in full.)
 #
 # **Your turn, before reading on:** [exercise 13](../exercises/13_prefix_cache_lru.ipynb) has you write the hash
 # chain and this free queue (touch on a hit, evict the least recently freed, never a block in use), graded against
@@ -149,7 +149,8 @@ print("block 0 freed again goes to the tail:                 ", list(queue))
 # partial block's keys are not final until it fills.
 #
 # The hash must also be the same in every process, or two servers sharing a store would never find each other's
-# blocks. Python's `hash()` is salted per process (`PYTHONHASHSEED`); vLLM uses SHA-256 by default and derives the
+# blocks. Python's `hash()` is salted per process (`PYTHONHASHSEED`); vLLM hashes with SHA-256 by default
+# (`prefix_caching_hash_algo = "sha256"`, `vllm/config/cache.py:259-263`) and derives the
 # first block's parent from a fixed seed (`"vllm-none-hash"`) unless `PYTHONHASHSEED` is set, and from random bytes
 # only for its non-cryptographic hashes (`resolve_none_hash_seed`, `kv_cache_utils.py:117-131`). The library's
 # `hash_block_tokens` is SHA-256 over the parent's 32 bytes and the ids as 8-byte integers. Two conversations'
@@ -249,9 +250,11 @@ for window in (None, W):
 
 # %% [markdown]
 # Full attention loses the whole prompt with its first block. The window keeps its hit: the request skips every
-# full block but the ones its last token needs, and holds only the 4 blocks its first computed query can see. The scheduler counts such a hit
-# the way vLLM's `PrefixCacheStats` does (`vllm/v1/metrics/stats.py:121`): the skipped early positions are hit
-# tokens too, since they are not computed.
+# token but the last, which is always computed because its logits pick the next token (vLLM caps a hit at
+# `num_tokens - 1`, `vllm/v1/core/kv_cache_manager.py:294-301`), and it holds only the 4 blocks that last query can
+# see. The scheduler counts such a hit as vLLM does: the hit length that `find_longest_cache_hit` returns, the
+# skipped early positions included (`kv_cache_manager.py:302-306`), recorded in `PrefixCacheStats`
+# (`kv_cache_manager.py:255-264`, `vllm/v1/metrics/stats.py:121`).
 #
 # ## 4. A multi-turn chat, with caching off, on, and with a store
 #
@@ -291,8 +294,8 @@ for name, (out, st) in runs.items():
 # %% [markdown]
 # With caching on, the server computes about an eighth of the prompt tokens: the system prompt once, each
 # history once, then only each turn's new line and the partial block before it. The small pool loses part of
-# that (blocks evicted before the next turn asks for them), and the store wins most of it back: an evicted block
-# costs one copy from the store instead of a prefill. Every server gives the same tokens: nothing a cache or a
+# that (blocks evicted before the next turn asks for them), and the store wins it back: an evicted block costs
+# one copy from the store instead of a prefill. Every server gives the same tokens: nothing a cache or a
 # store returns can change one. Tokens per second (medians of 2 interleaved runs; this machine's figures, noisy):
 
 # %%
@@ -303,12 +306,13 @@ for _ in range(2):
         out = serve_chat(make(), tok, **CHAT)
         speed[name].append(out["new_tokens"] / out["seconds"])
 for name, rates in speed.items():
-    print(f"{name:24} {statistics.median(rates):7.0f} tokens/s   ({statistics.median(rates) / statistics.median(speed['off']):.2f}x off)")
+    rate, off = statistics.median(rates), statistics.median(speed["off"])
+    print(f"{name:24} {rate:7.0f} tokens/s   ({rate / off:.2f}x off)")
 
 # %% [markdown]
-# Caching on is the fastest: it skips most of the prefill. The small pool runs fewer requests at once, which costs
-# more time than its prefill; and on this tiny model a block copied from the store saves about what it costs (a
-# 16-token prefill of 300,000 parameters is cheap). The prefill a hit saves grows with the model (about `2 ×
+# Caching on is the fastest: it skips most of the prefill. The small pool runs fewer requests at once and
+# recomputes what it evicted; the store takes back the recomputing, but on this tiny model a block copied from the
+# store is not much cheaper than its prefill (16 tokens through 300,000 parameters is cheap). The prefill a hit saves grows with the model (about `2 ×
 # parameters` FLOPs per token, lesson 0), the copy does not: on a 7B model a block from a store is far cheaper
 # than computing it, which is why tiers such as LMCache exist.
 
@@ -385,9 +389,10 @@ if HAVE_REDIS:
 # ## 6. Exact LRU against Redis's sampled LRU
 #
 # Redis evicts with `maxmemory-policy allkeys-lru` when it holds more than `maxmemory` bytes, but it keeps no
-# recency list (that would cost two pointers per key). When it must evict it samples `maxmemory-samples` random
-# keys (default 5; `evictionPoolPopulate`, redis 7.0.15 `src/evict.c:146-150`), merges them into a pool of the 16
-# idlest keys seen so far (`EVPOOL_SIZE`, `src/evict.c:54`) and evicts the idlest in the pool (`performEvictions`,
+# recency list: each key carries only a 24-bit access clock (`LRU_BITS 24`, redis 7.0.15 `src/server.h:847`), no
+# links to other keys. When it must evict it samples `maxmemory-samples` random keys (default 5,
+# `src/config.c:3076`; `evictionPoolPopulate`, `src/evict.c:146-150`), merges them into a pool of the 16 idlest
+# keys seen so far (`EVPOOL_SIZE`, `src/evict.c:54`) and evicts the idlest in the pool (`performEvictions`,
 # `src/evict.c:540`). More samples approach the exact LRU and cost more CPU per eviction.
 #
 # Measuring it needs one trick. Redis's idle time comes from a 24-bit clock in **seconds** (`LRU_CLOCK_RESOLUTION
@@ -431,11 +436,12 @@ if HAVE_REDIS:
     for budget in BUDGETS:
         mine = [r for r in rows if r["budget"] == budget]
         cap = statistics.median(r["capacity"] for r in mine)
-        cells = "  ".join(f"{clock} {s:>2}: "
-                          f"{statistics.median(r['redis_hit_rate'] for r in mine if (r['samples'], r['clock']) == (s, clock)):.0%}"
-                          for clock, s in (("virtual", 1), ("virtual", 5), ("virtual", 10), ("wall", 5)))
-        print(f"maxmemory {budget:>6} (~{cap:.0f} blocks): exact {statistics.median(r['exact_hit_rate'] for r in mine):.0%} | "
-              f"Redis {cells}")
+        rate = {(clock, s): statistics.median(r["redis_hit_rate"] for r in mine
+                                              if (r["clock"], r["samples"]) == (clock, s))
+                for clock, s in (("virtual", 1), ("virtual", 5), ("virtual", 10), ("wall", 5))}
+        cells = "  ".join(f"{clock} {s:>2}: {v:.0%}" for (clock, s), v in rate.items())
+        exact_rate = statistics.median(r["exact_hit_rate"] for r in mine)
+        print(f"maxmemory {budget:>6} (~{cap:.0f} blocks): exact {exact_rate:.0%} | Redis {cells}")
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 4.2), dpi=DPI)
@@ -449,7 +455,8 @@ pts = [(r["capacity"], r["redis_hit_rate"]) for r in rows if r["samples"] == 5 a
 if pts:
     ax.scatter(*zip(*pts), color="gray", marker="x", label="Redis, samples 5, replayed within ~1 s (no trick)")
 ax.set(xlabel="blocks the cache holds", ylabel="hit rate over the chat's block accesses", ylim=(-0.03, 1.0),
-       xlim=(0, 61), title="The chat's block accesses: exact LRU (line) and Redis's sampled LRU (points), same capacity")
+       xlim=(0, 61), title="The chat's block accesses: exact LRU (line) and Redis's sampled LRU (points), "
+       "same capacity")
 ax.grid(alpha=0.3)
 ax.legend(loc="lower right")
 fig.tight_layout()
@@ -459,9 +466,10 @@ plt.show()
 # What the measurement says (the points are this run's; Redis samples at random, so they move a little):
 #
 # * **Where the working set fits** (40 blocks and more), every policy hits nearly everything it can.
-# * **Just above the cliff**, where the exact LRU has only just come to hold the working set, the sampled LRU is
-#   some ten points below it: each time it evicts a block that is old but still needed, instead of the oldest,
-#   a later access misses. A few blocks further up, 5 or 10 samples are within a few points of exact: the pool of
+# * **Around the cliff** the two part ways, by 10 or 20 points either way from run to run. Where the exact LRU has
+#   just come to hold the working set, the sampled one sometimes evicts a block that is old but still needed
+#   instead of the oldest, and a later access misses; where the exact LRU is still falling off the cliff, sampling
+#   keeps part of the loop. A few blocks above it, 5 or 10 samples are within a few points of exact: the pool of
 #   the 16 idlest keys seen so far remembers good candidates across evictions, so even 5 samples find an old block.
 # * **Below the cliff** the exact LRU hits nothing: the chat's conversations come round in the same order every
 #   turn, and LRU always evicts the block needed next. One sample, close to random eviction, still hits now and

@@ -229,13 +229,15 @@ def test_redis_down_is_misses_and_errors_then_hits_resume_after_a_restart(redis_
         store.put_block(h(2), LAYOUT, *block(2))
     s = store.stats()
     assert s["store_errors"] == 10 and s["hits"] == 1 and s["puts"] == 1 and s["bytes_held"] is None, s
+    _until(lambda: store.get_block(h(1), LAYOUT), seconds=3.0)  # down for 3 s of retries: the backoff grows...
     redis_server.start()  # same port, empty (no persistence)
 
     def put_and_get():
         store.put_block(h(3), LAYOUT, *block(3))
         return store.get_block(h(3), LAYOUT)
 
-    got, _ = _until(put_and_get, seconds=5.0)
+    # ... but only up to max_backoff (1 s): hits resume within a few seconds of the restart
+    got, _ = _until(put_and_get, seconds=store.max_backoff + 2.0)
     assert got is not None and torch.equal(got[1], block(3)[1]), store.last_error
     assert store.stats()["hits"] == 2
 

@@ -323,6 +323,26 @@ MUTANTS = [
       "memory called flat when it rose and fell back", BENCH),
 ]
 
+# ----------------------------------------------------------------------------- helper `store` (issue 28): the block
+# store and the LRU replay; each must be caught by its own module's tests.
+STORE = ["tests/test_store.py"]
+MUTANTS += [
+    M("store-no-checksum", "swkv_teach/store.py", "    if hashlib.sha256(body).digest() != digest:",
+      "    if False:", "a corrupted value read back as keys and values", STORE),
+    M("store-no-layout-check", "swkv_teach/store.py", "        if header.get(k) != want[k]:",
+      "        if k == 'format' and header.get(k) != want[k]:", "another model's or dtype's block used", STORE),
+    M("store-key-without-model", "swkv_teach/store.py",
+      "    return f\"{layout['model'][:16]}:{hashlib.sha256(rest.encode()).hexdigest()[:8]}\"",
+      "    return hashlib.sha256(rest.encode()).hexdigest()[:8]", "two models on one Redis share keys", STORE),
+    M("store-backoff-unbounded", "swkv_teach/store.py",
+      "            self._wait = min(self.max_backoff, max(self.backoff, 2 * self._wait))",
+      "            self._wait = max(self.backoff, 2 * self._wait) * 8", "hits do not resume within seconds", STORE),
+    M("store-local-evicts-newest", "swkv_teach/store.py", "            _, old = self.data.popitem(last=False)",
+      "            _, old = self.data.popitem(last=True)", "the local store evicts the block just put", STORE),
+    M("lru-replay-evicts-newest", "swkv_teach/bench/lru_replay.py", "            lru.popitem(last=False)",
+      "            lru.popitem(last=True)", "the exact LRU evicts the most recent", ["tests/test_lru_replay.py"]),
+]
+
 # ------------------------------------------------------------- serving, prefix caching, varlen attention
 # (appended by helper serving, issue 28; run: make mutation MUTATION_ARGS="--only serving-... prefix-... varlen-...")
 SERVING = ["tests/test_serving.py", "tests/test_serving_v1.py"]
