@@ -316,3 +316,26 @@ def test_blocks_needed_with_a_token_budget_covers_a_recompute():
     # 3 + 10 - 1 = 12 written; chunks of 4 under W 5 span 8 positions: ceil(7 / 2) + 1 = 5 blocks
     assert s.blocks_needed(3, 10) == 5
     assert Scheduler(tiny(W=5), num_blocks=64, block_size=2, token_budget=1).blocks_needed(3, 10) == 3
+
+
+@pytest.mark.parametrize("budget", [None, 4])
+def test_a_long_chain_from_the_store_fits_the_promise(budget):
+    """W 3, blocks of 2, a 30-token prompt read in chunks of 4: the promise is 4 blocks, the pool exactly that.
+
+    Its 14 cached blocks come back from the store one by one; the window needs only the last one held
+    at a time, so all 14 (28 tokens) are hits in a pool of 4, none refused for want of room.
+    """
+    decoder = tiny(W=3)
+    store = LocalStore(10**7)
+    prompt = list(range(30, 60))
+    first = Scheduler(decoder, 6, 2, prefill_chunk=4, token_budget=budget, prefix_caching=True, store=store)
+    for p in (prompt, list(range(60, 90)), list(range(90, 120))):  # the later prompts evict the first one's blocks
+        first.submit(p, 3)
+        first.run()
+    assert all(first.pool.get(h) is None for h in block_hashes(prompt, 2))
+    pool = first.blocks_needed(30, 3)
+    assert pool == 4
+    second = Scheduler(decoder, pool, 2, prefill_chunk=4, token_budget=budget, prefix_caching=True, store=store)
+    second.submit(prompt, 3)
+    assert second.run()[0] == solo(decoder, dict(prompt=prompt, max_new_tokens=3))
+    assert second.stats()["store_hit_blocks"] == 14 and second.stats()["prefix_hit_tokens"] == 28

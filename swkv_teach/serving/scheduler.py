@@ -304,6 +304,8 @@ class Scheduler:
             elif self.store is None or self.pool.free_blocks == 0 or (block := self._fetch(h)) is None:
                 break
             request.table.append(block)
+            request.written = len(request.table) * bs
+            self._release_out_of_window(request)  # so the chain never holds more than a window's blocks
         request.cached = len(request.table)
         request.written = request.cached * bs
         self._release_out_of_window(request)
