@@ -218,10 +218,13 @@ class Scheduler:
                 self._stats["store_put_blocks"] += 1
         return block
 
-    def _missing(self, request: Request, lo: int, hi: int) -> int:
-        """Blocks ``request`` lacks for positions ``lo .. hi - 1``."""
-        bs = self.pool.block_size
-        return sum(i >= len(request.table) or request.table[i] < 0 for i in range(lo // bs, (hi - 1) // bs + 1))
+    def _short(self, request: Request, n: int) -> bool:
+        """Whether the pool lacks blocks for ``request``'s next ``n`` positions (counted only when it might)."""
+        bs, lo, free = self.pool.block_size, request.written, self.pool.free_blocks
+        if blocks_spanned(n, bs) <= free:  # n positions touch at most this many blocks: enough either way
+            return False
+        table = request.table
+        return sum(i >= len(table) or table[i] < 0 for i in range(lo // bs, (lo + n - 1) // bs + 1)) > free
 
     def _hold(self, request: Request, lo: int, hi: int) -> None:
         """Make sure ``request`` holds the blocks of positions ``lo .. hi - 1``."""
@@ -402,7 +405,7 @@ class Scheduler:
             if budget == 0 or r not in self.running:
                 continue
             n = min(r.num_tokens - r.written, budget, chunk_cap)
-            while self._missing(r, r.written, r.written + n) > self.pool.free_blocks:
+            while self._short(r, n):
                 victim = self.running[-1]  # the newest: first come, first served
                 if victim.id in scheduled:
                     budget += scheduled.pop(victim.id)[1]  # its blocks go back in _preempt
@@ -422,7 +425,7 @@ class Scheduler:
                 continue
             self._read_prefix(r)
             n = min(r.num_tokens - r.written, budget, chunk_cap)
-            if self._missing(r, r.written, r.written + n) > self.pool.free_blocks:
+            if self._short(r, n):
                 self._free_all(r)  # not this step: back to the queue, its hits counted again when read
                 self._stats["prefix_query_tokens"] -= r.num_tokens
                 self._stats["prefix_hit_tokens"] -= r.written
@@ -437,17 +440,24 @@ class Scheduler:
         stats = {"prefilled": 0, "decoded": 0, "preempted": preempted, "decode_tokens": 0, "prefill_tokens": 0}
         if not rows:
             return stats
-        ids, cu, pick_at, picking = [], [0], [], []
-        for r, n in rows:
-            ids.extend(r.output[r.written : r.written + n])
-            cu.append(cu[-1] + n)
-            if r.written + n == r.num_tokens:
-                pick_at.append(cu[-1] - 1)
-                picking.append(r)
-        logits = step_varlen(self.decoder, torch.tensor(ids, dtype=torch.long, device=self.device),
-                             torch.tensor(cu, dtype=torch.int32), torch.tensor([r.written for r, _ in rows]),
-                             self.kv, self._table([r for r, _ in rows]), self.window_size,
-                             torch.tensor(pick_at, dtype=torch.long, device=self.device))
+        table, start = self._table([r for r, _ in rows]), torch.tensor([r.written for r, _ in rows])
+        if all(n == 1 and r.tokens and r.written + 1 == r.num_tokens for r, n in rows):
+            # every row decodes: the varlen forward with all query lengths 1 is step_paged's (B, 1) batch
+            # (step_varlen would take the same path, after building what it needs to find that out)
+            ids = torch.tensor([[r.tokens[-1]] for r, _ in rows], dtype=torch.long, device=self.device)
+            logits = self.decoder.step_paged(ids, start, self.kv, table, self.window_size)[:, -1]
+            picking = [r for r, _ in rows]
+        else:
+            ids, cu, pick_at, picking = [], [0], [], []
+            for r, n in rows:
+                ids.extend(r.output[r.written : r.written + n])
+                cu.append(cu[-1] + n)
+                if r.written + n == r.num_tokens:
+                    pick_at.append(cu[-1] - 1)
+                    picking.append(r)
+            logits = step_varlen(self.decoder, torch.tensor(ids, dtype=torch.long, device=self.device),
+                                 torch.tensor(cu, dtype=torch.int32), start, self.kv, table, self.window_size,
+                                 torch.tensor(pick_at, dtype=torch.long, device=self.device))
         for r, n in rows:
             decoding = r.written >= r.prefill_end
             stats["decode_tokens" if decoding else "prefill_tokens"] += n
