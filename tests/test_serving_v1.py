@@ -339,3 +339,14 @@ def test_a_long_chain_from_the_store_fits_the_promise(budget):
     second.submit(prompt, 3)
     assert second.run()[0] == solo(decoder, dict(prompt=prompt, max_new_tokens=3))
     assert second.stats()["store_hit_blocks"] == 14 and second.stats()["prefix_hit_tokens"] == 28
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(token_budget=0), ValueError, "token_budget must be a positive int"),
+    (dict(token_budget=2.5), TypeError, "token_budget must be a positive int"),
+    (dict(prefix_caching="yes"), TypeError, "prefix_caching must be True or False"),
+    (dict(prefix_caching=True, store=FakeStore(), window_size=3), ValueError, "store needs the decoder's own window"),
+])
+def test_bad_scheduler_arguments_are_named(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        Scheduler(tiny(), 8, 2, **kwargs)
