@@ -21,8 +21,8 @@ from swkv_teach._validate import check_positive_int
 from swkv_teach.masks import allowed, window_mask
 
 __all__ = [
-    "PagedPlan", "VarlenPlan", "attend_paged", "attention", "attention_with_cache", "cached_attention", "paged_attention",
-    "paged_plan", "paged_varlen_plan", "sliding_window_attention",
+    "PagedPlan", "VarlenPlan", "attend_paged", "attention", "attention_with_cache", "cached_attention",
+    "paged_attention", "paged_plan", "paged_varlen_plan", "sliding_window_attention",
 ]
 
 

@@ -1,4 +1,4 @@
-"""Specification of ``swkv_teach.caches.prefix``: the hash chain, the LRU free queue, the block bookkeeping, the hit rule.
+"""Specification of ``swkv_teach.caches.prefix``: hash chain, LRU free queue, block bookkeeping, hit rule.
 
 Expectations come from elsewhere: hashes recomputed here with ``hashlib`` from the documented recipe
 (and checked in a second process), the free queue and the cache against a plain-list model under long

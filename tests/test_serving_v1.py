@@ -175,6 +175,21 @@ def test_same_prompt_again_hits_all_but_the_last_token(budget):
     assert out[0] == out[1] == solo(decoder, dict(prompt=prompt, max_new_tokens=6))
 
 
+@pytest.mark.parametrize("budget", [None, 5])
+def test_a_whole_block_is_recomputed_when_the_prompt_fills_its_last_block(budget):
+    """A 12-token prompt in blocks of 2, twice: all 6 blocks are cached, but the last token must be computed
+    (its logits pick the first new token), and hits are whole blocks: 10 tokens hit, 2 computed
+    (vLLM: ``max_cache_hit_length = request.num_tokens - 1``)."""
+    decoder = tiny()
+    s = Scheduler(decoder, num_blocks=20, block_size=2, token_budget=budget, prefix_caching=True)
+    for _ in range(2):
+        s.submit(list(range(60, 72)), 3)
+        s.run()
+    st = s.stats()
+    assert (st["prefix_hit_tokens"], st["prefill_tokens_computed"]) == (10, 14)
+    assert s.finished[1].output == solo(decoder, dict(prompt=list(range(60, 72)), max_new_tokens=3))
+
+
 def test_full_attention_window_holds_every_hit_block():
     """W 64 over a 11-token prompt (the window covers it all): the same hit holds all 5 blocks."""
     decoder = tiny(W=64)
@@ -301,3 +316,37 @@ def test_blocks_needed_with_a_token_budget_covers_a_recompute():
     # 3 + 10 - 1 = 12 written; chunks of 4 under W 5 span 8 positions: ceil(7 / 2) + 1 = 5 blocks
     assert s.blocks_needed(3, 10) == 5
     assert Scheduler(tiny(W=5), num_blocks=64, block_size=2, token_budget=1).blocks_needed(3, 10) == 3
+
+
+@pytest.mark.parametrize("budget", [None, 4])
+def test_a_long_chain_from_the_store_fits_the_promise(budget):
+    """W 3, blocks of 2, a 30-token prompt read in chunks of 4: the promise is 4 blocks, the pool exactly that.
+
+    Its 14 cached blocks come back from the store one by one; the window needs only the last one held
+    at a time, so all 14 (28 tokens) are hits in a pool of 4, none refused for want of room.
+    """
+    decoder = tiny(W=3)
+    store = LocalStore(10**7)
+    prompt = list(range(30, 60))
+    first = Scheduler(decoder, 6, 2, prefill_chunk=4, token_budget=budget, prefix_caching=True, store=store)
+    for p in (prompt, list(range(60, 90)), list(range(90, 120))):  # the later prompts evict the first one's blocks
+        first.submit(p, 3)
+        first.run()
+    assert all(first.pool.get(h) is None for h in block_hashes(prompt, 2))
+    pool = first.blocks_needed(30, 3)
+    assert pool == 4
+    second = Scheduler(decoder, pool, 2, prefill_chunk=4, token_budget=budget, prefix_caching=True, store=store)
+    second.submit(prompt, 3)
+    assert second.run()[0] == solo(decoder, dict(prompt=prompt, max_new_tokens=3))
+    assert second.stats()["store_hit_blocks"] == 14 and second.stats()["prefix_hit_tokens"] == 28
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(token_budget=0), ValueError, "token_budget must be a positive int"),
+    (dict(token_budget=2.5), TypeError, "token_budget must be a positive int"),
+    (dict(prefix_caching="yes"), TypeError, "prefix_caching must be True or False"),
+    (dict(prefix_caching=True, store=FakeStore(), window_size=3), ValueError, "store needs the decoder's own window"),
+])
+def test_bad_scheduler_arguments_are_named(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        Scheduler(tiny(), 8, 2, **kwargs)

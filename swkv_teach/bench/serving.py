@@ -26,6 +26,7 @@ Two rows of issue 28 (vLLM v1's scheduling and prefix caching), in the same resu
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -118,7 +119,7 @@ def serving_throughput(
         extra = {}
         if v1:
             extra["budget"] = budget_throughput(decoder, requests, max(concurrency), block_size=block_size,
-                                                num_blocks=blocks, repeats=max(repeats, 3), threads=None)
+                                                num_blocks=blocks, repeats=max(2 * repeats + 1, 3), threads=None)
             if shipped:
                 extra["chat"] = chat_prefix_caching(decoder, tokenizer, block_size=block_size, threads=None)
     finally:
@@ -141,9 +142,10 @@ def budget_throughput(decoder, requests, concurrency: int = 16, token_budget: in
                       threads: int | None = 1) -> dict:
     """Tokens/s of one queue with a token budget (mixed batches) against the reserved scheduler, interleaved.
 
-    Each repeat runs the reserved scheduler, then the budget one, on fresh schedulers; the figure is
-    the median over repeats; ``ratio`` = budget / reserved (target >= 0.95). ``same_tokens``: every
-    request's output is the same in both.
+    Each repeat runs the reserved scheduler, then the budget one, on fresh schedulers; tokens/s are
+    medians over repeats; ``ratio`` is the median over repeats of budget / reserved (target >= 0.95),
+    ``ratio_of_medians`` the other way of putting it. ``same_tokens``: every request's output is the
+    same in both.
     """
     from swkv_teach.serving import Scheduler
 
@@ -168,10 +170,14 @@ def budget_throughput(decoder, requests, concurrency: int = 16, token_budget: in
     finally:
         torch.set_num_threads(previous)
     reserved, budget = Summary.of(samples["reserved"]), Summary.of(samples["budget"])
+    # each repeat's two runs are taken back to back, so their ratio sees the same load; the median of those
+    # ratios is steadier on a shared machine than the ratio of the two medians (both are reported)
+    paired = sorted(b / r for b, r in zip(samples["budget"], samples["reserved"]))
+    ratio = statistics.median(paired)
     return {"concurrency": concurrency, "token_budget": token_budget, "reserved": reserved.as_dict(),
-            "budget": budget.as_dict(), "ratio": budget.median / reserved.median, "steps": steps,
-            "same_tokens": outputs["reserved"] == outputs["budget"], "target": ">= 0.95",
-            "met": budget.median / reserved.median >= 0.95}
+            "budget": budget.as_dict(), "ratio": ratio, "ratio_of_medians": budget.median / reserved.median,
+            "steps": steps, "same_tokens": outputs["reserved"] == outputs["budget"], "target": ">= 0.95",
+            "met": ratio >= 0.95}
 
 
 def chat_prefix_caching(decoder=None, tokenizer=None, conversations: int = 8, turns: int = 3,

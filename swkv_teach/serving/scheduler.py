@@ -67,62 +67,15 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
-
 import torch
 
 from swkv_teach._validate import check_nonnegative_int, check_positive_int
 from swkv_teach.caches.pool import blocks_spanned
-from swkv_teach.caches.prefix import PrefixCache, find_longest_cache_hit, hash_block_tokens
+from swkv_teach.caches.prefix import find_longest_cache_hit, hash_block_tokens
 from swkv_teach.serving.forward import step_varlen
+from swkv_teach.serving.requests import Request, ServingBlocks
 
-__all__ = ["Request", "Scheduler", "serve"]
-
-
-@dataclass
-class Request:
-    """One request: ``prompt`` token ids, ``max_new_tokens``, and how to pick them (as ``Decoder.generate``)."""
-
-    prompt: list[int]
-    max_new_tokens: int
-    temperature: float = 0.0
-    top_k: int | None = None
-    seed: int | None = None
-    id: int = -1
-    tokens: list[int] = field(default_factory=list)  # the new tokens, in order
-    table: list[int] = field(default_factory=list)  # logical block -> pool block, -1 if none held
-    written: int = 0  # tokens whose keys are in the pool (vLLM's num_computed_tokens; the next position)
-    reserved: int = 0  # blocks promised at admission (reserved mode)
-    generator: torch.Generator | None = None
-    hashes: list[bytes] = field(default_factory=list)  # chained hashes of its full blocks so far
-    cached: int = 0  # logical blocks already offered to the prefix cache
-    prefill_end: int = 0  # tokens to compute before decoding (set when it is read from the queue)
-    preemptions: int = 0
-
-    @property
-    def done(self) -> bool:
-        return len(self.tokens) >= self.max_new_tokens
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.prompt) + len(self.tokens)
-
-    @property
-    def output(self) -> list[int]:
-        """Prompt followed by the new tokens: what ``Decoder.generate`` returns for it."""
-        return self.prompt + self.tokens
-
-
-class ServingBlocks(PrefixCache):
-    """The scheduler's pool: a :class:`~swkv_teach.caches.prefix.PrefixCache` that knows its block size.
-
-    Without prefix caching nothing is ever cached, so blocks go out and come back first in,
-    first out, as :class:`~swkv_teach.caches.BlockPool`'s.
-    """
-
-    def __init__(self, num_blocks: int, block_size: int):
-        super().__init__(num_blocks)
-        self.block_size = check_positive_int("block_size", block_size)
+__all__ = ["Request", "Scheduler", "ServingBlocks", "serve"]
 
 
 class Scheduler:
@@ -265,10 +218,13 @@ class Scheduler:
                 self._stats["store_put_blocks"] += 1
         return block
 
-    def _missing(self, request: Request, lo: int, hi: int) -> int:
-        """Blocks ``request`` lacks for positions ``lo .. hi - 1``."""
-        bs = self.pool.block_size
-        return sum(i >= len(request.table) or request.table[i] < 0 for i in range(lo // bs, (hi - 1) // bs + 1))
+    def _short(self, request: Request, n: int) -> bool:
+        """Whether the pool lacks blocks for ``request``'s next ``n`` positions (counted only when it might)."""
+        bs, lo, free = self.pool.block_size, request.written, self.pool.free_blocks
+        if blocks_spanned(n, bs) <= free:  # n positions touch at most this many blocks: enough either way
+            return False
+        table = request.table
+        return sum(i >= len(table) or table[i] < 0 for i in range(lo // bs, (lo + n - 1) // bs + 1)) > free
 
     def _hold(self, request: Request, lo: int, hi: int) -> None:
         """Make sure ``request`` holds the blocks of positions ``lo .. hi - 1``."""
@@ -317,7 +273,7 @@ class Scheduler:
         self.finished[request.id] = request
 
     def _preempt(self, request: Request) -> None:
-        """Free every block of ``request`` and queue it first again; it will be recomputed (vLLM's ``_preempt_request``)."""
+        """Free every block of ``request`` and queue it first again, to be recomputed (vLLM's ``_preempt_request``)."""
         self._free_all(request)
         if request.written < request.prefill_end:  # its prefill's unread part was never computed: un-query it
             self._stats["prefix_query_tokens"] -= request.prefill_end - request.written
@@ -335,11 +291,12 @@ class Scheduler:
         if not self.prefix_caching:
             return
         tokens = request.output
-        while len(request.hashes) < (n - 1) // bs:  # hashes of the blocks a hit may cover (never the last token)
+        limit = (n - 1) // bs  # blocks a hit may cover: the last token is always computed (its logits pick)
+        while len(request.hashes) < limit:
             i = len(request.hashes)
             request.hashes.append(hash_block_tokens(request.hashes[-1] if i else None, tokens[i * bs : (i + 1) * bs]))
-        hashes = request.hashes[: (n - 1) // bs]
-        hit = find_longest_cache_hit(self.pool, hashes, bs, self.window_size, max_tokens=n - 1)
+        hashes = request.hashes[:limit]
+        hit = find_longest_cache_hit(self.pool, hashes, bs, self.window_size)
         self.pool.acquire([b for b in hit if b is not None])
         request.table = [-1 if b is None else b for b in hit]
         while len(request.table) < len(hashes):  # the chain continues in the pool, or in the store
@@ -350,6 +307,8 @@ class Scheduler:
             elif self.store is None or self.pool.free_blocks == 0 or (block := self._fetch(h)) is None:
                 break
             request.table.append(block)
+            request.written = len(request.table) * bs
+            self._release_out_of_window(request)  # so the chain never holds more than a window's blocks
         request.cached = len(request.table)
         request.written = request.cached * bs
         self._release_out_of_window(request)
@@ -446,7 +405,7 @@ class Scheduler:
             if budget == 0 or r not in self.running:
                 continue
             n = min(r.num_tokens - r.written, budget, chunk_cap)
-            while self._missing(r, r.written, r.written + n) > self.pool.free_blocks:
+            while self._short(r, n):
                 victim = self.running[-1]  # the newest: first come, first served
                 if victim.id in scheduled:
                     budget += scheduled.pop(victim.id)[1]  # its blocks go back in _preempt
@@ -466,7 +425,7 @@ class Scheduler:
                 continue
             self._read_prefix(r)
             n = min(r.num_tokens - r.written, budget, chunk_cap)
-            if self._missing(r, r.written, r.written + n) > self.pool.free_blocks:
+            if self._short(r, n):
                 self._free_all(r)  # not this step: back to the queue, its hits counted again when read
                 self._stats["prefix_query_tokens"] -= r.num_tokens
                 self._stats["prefix_hit_tokens"] -= r.written
@@ -481,17 +440,24 @@ class Scheduler:
         stats = {"prefilled": 0, "decoded": 0, "preempted": preempted, "decode_tokens": 0, "prefill_tokens": 0}
         if not rows:
             return stats
-        ids, cu, pick_at, picking = [], [0], [], []
-        for r, n in rows:
-            ids.extend(r.output[r.written : r.written + n])
-            cu.append(cu[-1] + n)
-            if r.written + n == r.num_tokens:
-                pick_at.append(cu[-1] - 1)
-                picking.append(r)
-        logits = step_varlen(self.decoder, torch.tensor(ids, dtype=torch.long, device=self.device),
-                             torch.tensor(cu, dtype=torch.int32), torch.tensor([r.written for r, _ in rows]),
-                             self.kv, self._table([r for r, _ in rows]), self.window_size,
-                             torch.tensor(pick_at, dtype=torch.long, device=self.device))
+        table, start = self._table([r for r, _ in rows]), torch.tensor([r.written for r, _ in rows])
+        if all(n == 1 and r.tokens and r.written + 1 == r.num_tokens for r, n in rows):
+            # every row decodes: the varlen forward with all query lengths 1 is step_paged's (B, 1) batch
+            # (step_varlen would take the same path, after building what it needs to find that out)
+            ids = torch.tensor([[r.tokens[-1]] for r, _ in rows], dtype=torch.long, device=self.device)
+            logits = self.decoder.step_paged(ids, start, self.kv, table, self.window_size)[:, -1]
+            picking = [r for r, _ in rows]
+        else:
+            ids, cu, pick_at, picking = [], [0], [], []
+            for r, n in rows:
+                ids.extend(r.output[r.written : r.written + n])
+                cu.append(cu[-1] + n)
+                if r.written + n == r.num_tokens:
+                    pick_at.append(cu[-1] - 1)
+                    picking.append(r)
+            logits = step_varlen(self.decoder, torch.tensor(ids, dtype=torch.long, device=self.device),
+                                 torch.tensor(cu, dtype=torch.int32), start, self.kv, table, self.window_size,
+                                 torch.tensor(pick_at, dtype=torch.long, device=self.device))
         for r, n in rows:
             decoding = r.written >= r.prefill_end
             stats["decode_tokens" if decoding else "prefill_tokens"] += n
