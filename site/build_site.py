@@ -32,6 +32,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from repo import colab_url, repo_url  # noqa: E402  (one place for the address: tools/repo.py)
+
 CONF_DIR = ROOT / "site"
 STAGE = ROOT / "build" / "site-src"
 OUT = ROOT / "build" / "site"
@@ -47,20 +50,6 @@ FOLDER_PAGES = {"notebooks": "notebooks/README.md", "exercises": "exercises/inde
 
 def pyproject() -> str:
     return (ROOT / "pyproject.toml").read_text()
-
-
-def repo_url() -> str:
-    """The repository address written once in pyproject.toml (``[project.urls] Repository``)."""
-    m = re.search(r'^Repository\s*=\s*"([^"]+)"', pyproject(), re.M)
-    if not m:
-        raise SystemExit("pyproject.toml has no [project.urls] Repository line")
-    return m.group(1).rstrip("/")
-
-
-def colab_url(rel_path: str) -> str:
-    """The target of a notebook's own "Open in Colab" badge (tools/nbtools.py's colab_url)."""
-    owner_name = repo_url().replace("https://github.com/", "")
-    return f"https://colab.research.google.com/github/{owner_name}/blob/main/{rel_path}"
 
 
 def site_requirements() -> list[str]:

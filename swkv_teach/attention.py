@@ -245,15 +245,7 @@ def paged_plan(cache_seqlens, block_table: torch.Tensor, seqlen_q: int, block_si
     Every table entry that some query reads must be a block of the pool (``0 .. num_blocks - 1``);
     the others are never looked at.
     """
-    if window_size is not None:
-        check_positive_int("window_size", window_size)
-    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
-        got = (f"shape {tuple(block_table.shape)}" if isinstance(block_table, torch.Tensor)
-               else type(block_table).__name__)
-        raise ValueError(f"block_table must be a 2-D integer tensor (batch, max_blocks_per_seq); got {got}")
-    if block_table.is_floating_point() or block_table.dtype == torch.bool:
-        raise TypeError(f"block_table must hold integer block numbers; got dtype {block_table.dtype}")
-    device = block_table.device if device is None else device
+    device = _check_table(block_table, window_size, device)
     table = block_table.to(device=device, dtype=torch.long)
     seqlens = _check_seqlens(cache_seqlens, table.shape[0], seqlen_q, block_size, table.shape[1], device)
     W, Tq, bs = window_size, seqlen_q, block_size
@@ -315,15 +307,7 @@ def paged_varlen_plan(cu_seqlens_q, max_seqlen_q: int, cache_seqlens, block_tabl
     2, 3, 4; row 1's two queries (positions 0, 1) are a tile of 2 reading positions -3 .. 1,
     the negative ones masked.
     """
-    if window_size is not None:
-        check_positive_int("window_size", window_size)
-    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
-        got = (f"shape {tuple(block_table.shape)}" if isinstance(block_table, torch.Tensor)
-               else type(block_table).__name__)
-        raise ValueError(f"block_table must be a 2-D integer tensor (batch, max_blocks_per_seq); got {got}")
-    if block_table.is_floating_point() or block_table.dtype == torch.bool:
-        raise TypeError(f"block_table must hold integer block numbers; got dtype {block_table.dtype}")
-    device = block_table.device if device is None else device
+    device = _check_table(block_table, window_size, device)
     cu = [int(x) for x in cu_seqlens_q.tolist()]
     B = len(cu) - 1
     if block_table.shape[0] != B:
@@ -443,6 +427,22 @@ def attend_paged(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     )  # (B, H, Tq, D) float32
     return out.transpose(1, 2).to(q.dtype)
 
+
+
+def _check_table(block_table, window_size, device):
+    """The checks both plans share: ``window_size`` a positive int or None, ``block_table`` a 2-D integer tensor.
+
+    Returns the device the plan is made on (the table's unless one is given).
+    """
+    if window_size is not None:
+        check_positive_int("window_size", window_size)
+    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
+        got = (f"shape {tuple(block_table.shape)}" if isinstance(block_table, torch.Tensor)
+               else type(block_table).__name__)
+        raise ValueError(f"block_table must be a 2-D integer tensor (batch, max_blocks_per_seq); got {got}")
+    if block_table.is_floating_point() or block_table.dtype == torch.bool:
+        raise TypeError(f"block_table must hold integer block numbers; got dtype {block_table.dtype}")
+    return block_table.device if device is None else device
 
 def _check_paged(q, k_cache, v_cache, block_table, window_size, softmax_scale):
     for name, t, dims in (("q", q, "(batch, seqlen_q, nheads, headdim)"),

@@ -330,3 +330,20 @@ def test_the_compiled_ring_has_a_row_beside_the_eager_ring(quick_run):
     assert row["warmup_s"] > 0 and row["threads"] == 1
     target = result["targets"]["compiled_decode_vs_ring"]
     assert target["value"] == row["ratio_to_ring"] and target["met"] is None
+
+
+def test_serving_targets_read_the_chat_and_budget_rows():
+    """Issue 28's two serving targets come from the serving section: the chat's prompt tokens computed with prefix
+    caching over without, in its worse mode (0.16 of the two below; a count, judged in any run), and the budget
+    scheduler's paired ratio (judged only in a full run). Without a serving section neither is measured."""
+    from swkv_teach.bench.report import targets
+
+    updates = [_update_row(64, "floor", 1.0), _update_row(64, "ring", 1.2)]
+    serving = {"chat": {"ratio": {"reserved": 0.12, "budget": 0.16}}, "budget": {"ratio": 0.93}}
+    t = targets(updates, [], judged=True, serving=serving)
+    assert t["chat_prefill_with_caching"]["value"] == 0.16 and t["chat_prefill_with_caching"]["met"] is True
+    assert t["budget_vs_reserved"]["value"] == 0.93 and t["budget_vs_reserved"]["met"] is False
+    quick = targets(updates, [], judged=False, serving={"chat": {"ratio": {"reserved": 0.5, "budget": 0.3}}})
+    assert quick["chat_prefill_with_caching"]["met"] is False, "a count is judged in every run"
+    assert quick["budget_vs_reserved"]["met"] is None
+    assert targets(updates, [], judged=True)["chat_prefill_with_caching"]["met"] is None

@@ -26,24 +26,11 @@ from pathlib import Path
 import jupytext
 import nbformat
 from nbclient import NotebookClient
+from repo import colab_url, repo_url  # noqa: F401  (repo_url: tests and build.py read it from here)
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER_TAG = "swkv-header"
 FOLDERS = ("notebooks", "solutions")
-
-
-def repo_url() -> str:
-    """The repository address written once in pyproject.toml."""
-    text = (ROOT / "pyproject.toml").read_text()
-    m = re.search(r'^Repository\s*=\s*"([^"]+)"', text, re.M)
-    if not m:
-        raise RuntimeError("pyproject.toml has no [project.urls] Repository line")
-    return m.group(1).rstrip("/")
-
-
-def colab_url(rel_path: str) -> str:
-    gh = repo_url().replace("https://github.com/", "")
-    return f"https://colab.research.google.com/github/{gh}/blob/main/{rel_path}"
 
 
 def md(source: str, **meta):

@@ -204,7 +204,7 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
         "updates": updates,
         "attention": attention,
         "decode": decode_rows,
-        "targets": targets(updates, decode_rows, judged, cache_decode),
+        "targets": targets(updates, decode_rows, judged, cache_decode, serving),
         "cache_decode": cache_decode,
         "serving": serving,
         # HF generate with hf_cache vs HF's own caches (swkv_teach.bench.hf_cache; CPU, fp32, its own shape)

@@ -32,6 +32,12 @@ TARGETS = {
     # issue 29: the ring's one-token step under torch.compile, compilation excluded
     "compiled_decode_vs_ring": ("compiled ring / eager ring median tokens/s at the largest window, 1 thread", ">=",
                                 2.0, "default"),
+    # issue 28: the chat workload's prompt tokens computed with prefix caching (counts, not timings: any run) and the
+    # token-budget scheduler (mixed prefill and decode in one forward) against the reserved one at concurrency 16
+    "chat_prefill_with_caching": ("chat prompt tokens computed with prefix caching / without, worse mode", "<=",
+                                  0.40, "any"),
+    "budget_vs_reserved": ("token-budget / reserved scheduler tokens/s at concurrency 16, median of paired repeats",
+                           ">=", 0.95, "default"),
 }
 
 
@@ -54,7 +60,8 @@ def environment(device: torch.device) -> dict:
 
 
 def targets(
-    updates: list[dict], decode: list[dict], judged: bool = True, cache_decode: list[dict] | None = None
+    updates: list[dict], decode: list[dict], judged: bool = True, cache_decode: list[dict] | None = None,
+    serving: dict | None = None,
 ) -> dict:
     """Each target's measured value and whether it holds.
 
@@ -88,6 +95,9 @@ def targets(
         value[f"{kind}_decode_vs_ring"] = min(ratios) if ratios else None
     compiled = [r for r in cache_decode or () if r["cache"] == "compiled"]
     value["compiled_decode_vs_ring"] = max(compiled, key=lambda r: r["window"])["ratio_to_ring"] if compiled else None
+    chat, budget = (serving or {}).get("chat"), (serving or {}).get("budget")
+    value["chat_prefill_with_caching"] = max(chat["ratio"].values()) if chat else None
+    value["budget_vs_reserved"] = budget["ratio"] if budget else None
     out = {}
     for name, (what, op, goal, scope) in TARGETS.items():
         v = value[name]

@@ -214,12 +214,16 @@ def _solution_lines() -> dict[str, str]:
 
 
 def _public_text() -> str:
-    """What the course shows anyway: every lesson's cells, and every solution notebook's cells with their solution
-    blocks cut out (the exercise statement and its given code), whitespace collapsed per line."""
-    cells = [cell for nb in LESSONS for cell in json.loads(nb.read_text())["cells"]]
+    """What the course shows anyway: every lesson's cells and their printed outputs (lesson 11 prints the library's
+    kernel functions after pointing to exercise 12, as lesson 1 builds exercise 02's answer after it), and every
+    solution notebook's cells with their solution blocks cut out (the exercise statement and its given code),
+    whitespace collapsed per line."""
+    lesson_cells = [cell for nb in LESSONS for cell in json.loads(nb.read_text())["cells"]]
+    printed = ["".join(out.get("text", "")) for cell in lesson_cells for out in cell.get("outputs", [])]
+    cells = list(lesson_cells)
     for nb in sorted((ROOT / "solutions").glob("*.ipynb")):
         cells += json.loads(nb.read_text())["cells"]
-    text = "\n".join("".join(cell["source"]) for cell in cells)
+    text = "\n".join(["".join(cell["source"]) for cell in cells] + printed)
     text = re.sub(r"### BEGIN SOLUTION.*?### END SOLUTION", "", text, flags=re.S)
     return "\n".join(" ".join(x.split()) for x in text.splitlines())
 

@@ -312,7 +312,9 @@ MUTANTS = [
       "the H2O check skips its stream of ties", H2O_CATALOGUE),
     M("probe-h2o-random", "swkv_teach/grading/h2o.py", "    for i in range(60):\n", "    for i in range(0):\n",
       "the H2O check skips its 60 random cases", H2O_CATALOGUE),
-    M("probe-h2o-random-ties", "swkv_teach/grading/h2o.py", "    for i in range(20):\n", "    for i in range(0):\n",
+    M("probe-h2o-random-ties", "swkv_teach/grading/h2o.py",
+      "    for i in range(20):\n        scores, weights, positions, budget, recent = _tie_case(",
+      "    for i in range(0):\n        scores, weights, positions, budget, recent = _tie_case(",
       "the H2O check skips its 20 random cases with ties", H2O_CATALOGUE),
     # ------------------------------------------------------------- the gradebook
     M("grade-check-timeout-as-cell-timeout", "swkv_teach/grading/grade.py",
