@@ -91,8 +91,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # ## Complexity
 
 # %% [markdown]
-# ### Q1. What does a KV cache save at each decode step, and what does it cost? Give the per-step
-# compute with and without it for a model of width `d` at step `t`, and say which term dominates when.
+# ### Q1. What does a KV cache save at each decode step, and what does it cost? Give the per-step compute with and without it for a model of width `d` at step `t`, and say which term dominates when.
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -114,8 +113,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q2. Per decode step, what does the naive cat-and-slice sliding-window cache cost, and what does a
-# ring buffer cost? Does the ring make the decode step O(1)?
+# ### Q2. Per decode step, what does the naive cat-and-slice sliding-window cache cost, and what does a ring buffer cost? Does the ring make the decode step O(1)?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -129,8 +127,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q3. What is the cost of attention over a whole sequence of `T` tokens with and without a window
-# `W`, for prefill and for generating `N` tokens?
+# ### Q3. What is the cost of attention over a whole sequence of `T` tokens with and without a window `W`, for prefill and for generating `N` tokens?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -146,8 +143,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # ## Memory arithmetic
 
 # %% [markdown]
-# ### Q4. Mistral 7B has 32 layers, 8 KV heads, head_dim 128, and runs in fp16 with window 4096. How
-# big is the KV cache per token, per sequence, and for a batch of 32 sequences?
+# ### Q4. Mistral 7B has 32 layers, 8 KV heads, head_dim 128, and runs in fp16 with window 4096. How big is the KV cache per token, per sequence, and for a batch of 32 sequences?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -159,8 +155,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q5. Grouped-query attention: how does the number of KV heads change the cache, and what is the
-# saving for Mistral 7B (32 query heads, 8 KV heads) versus multi-head attention?
+# ### Q5. Grouped-query attention: how does the number of KV heads change the cache, and what is the saving for Mistral 7B (32 query heads, 8 KV heads) versus multi-head attention?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -173,9 +168,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q6. Your serving GPU has 80 GB. Weights take 15 GB and activations and overhead another 10 GB.
-# Roughly how many concurrent Mistral 7B sequences fit with window 4096, and what would you change
-# to fit more?
+# ### Q6. Your serving GPU has 80 GB. Weights take 15 GB and activations and overhead another 10 GB. Roughly how many concurrent Mistral 7B sequences fit with window 4096, and what would you change to fit more?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -196,8 +189,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # ## Policies and layouts
 
 # %% [markdown]
-# ### Q7. Compare three eviction policies: sliding window, sliding window with attention sinks, and
-# LRU / heavy-hitter (H2O-like) eviction. When is each exact, and what does each cost?
+# ### Q7. Compare three eviction policies: sliding window, sliding window with attention sinks, and LRU / heavy-hitter (H2O-like) eviction. When is each exact, and what does each cost?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -221,8 +213,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q8. Compare three memory layouts for a sliding-window cache: contiguous with cat + slice, a ring
-# buffer, and paged blocks as in vLLM's PagedAttention.
+# ### Q8. Compare three memory layouts for a sliding-window cache: contiguous with cat + slice, a ring buffer, and paged blocks as in vLLM's PagedAttention.
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -246,8 +237,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q9. A ring buffer returns keys in slot order, e.g. positions `[8, 9, 6, 7]`. Why is that fine for
-# decoding one token, and when is it not?
+# ### Q9. A ring buffer returns keys in slot order, e.g. positions `[8, 9, 6, 7]`. Why is that fine for decoding one token, and when is it not?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -266,8 +256,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # ## RoPE, prefill, conventions
 
 # %% [markdown]
-# ### Q10. Do you cache keys before or after applying rotary position embeddings (RoPE)? What are the
-# consequences for a sliding window and for attention sinks?
+# ### Q10. Do you cache keys before or after applying rotary position embeddings (RoPE)? What are the consequences for a sliding window and for attention sinks?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -284,8 +273,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q11. A 10 000-token prompt arrives for a model with `W = 4096`. How do you prefill it in chunks with a
-# bounded cache, and what must the cache hand to each chunk?
+# ### Q11. A 10 000-token prompt arrives for a model with `W = 4096`. How do you prefill it in chunks with a bounded cache, and what must the cache hand to each chunk?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -299,8 +287,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q12. With window `W`, which keys does query `i` attend to? How many? What does flash attention's
-# `window_size` argument need to be, and does everyone count the same way?
+# ### Q12. With window `W`, which keys does query `i` attend to? How many? What does flash attention's `window_size` argument need to be, and does everyone count the same way?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -337,8 +324,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q13. After `L` layers of sliding-window attention with window `W`, how far back can information
-# reach? Does dropping keys older than `W` lose anything?
+# ### Q13. After `L` layers of sliding-window attention with window `W`, how far back can information reach? Does dropping keys older than `W` lose anything?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -351,8 +337,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q14. Your ring-buffer cache and the naive cache give attention outputs differing by `3e-8`. Bug or not?
-# How do you test a cache properly?
+# ### Q14. Your ring-buffer cache and the naive cache give attention outputs differing by `3e-8`. Bug or not? How do you test a cache properly?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -366,9 +351,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q15. A 62-layer model with 16 KV heads of 128 dims (bf16) serves 128k-token contexts. Compare the
-# KV cache per sequence with every layer global, and with 5 local layers (window 1024) per global one.
-# Which layers set the memory?
+# ### Q15. A 62-layer model with 16 KV heads of 128 dims (bf16) serves 128k-token contexts. Compare the KV cache per sequence with every layer global, and with 5 local layers (window 1024) per global one. Which layers set the memory?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -386,9 +369,7 @@ print("all global:", human(kv_cache_bytes(62, 16, 128, 131072)))
 print("5 : 1 local/global, W = 1024:", human(kv_cache_bytes(10, 16, 128, 131072) + kv_cache_bytes(52, 16, 128, 1024)))
 
 # %% [markdown]
-# ### Q16. Mistral 7B in fp16 on an H100 SXM (3.35 TB/s). What is the floor on milliseconds per decode step at
-# batch 1 and 4k tokens of context? At batch 32 and 32k tokens, with a full cache and with a 4096 window? When
-# does the KV cache, not the weights, set the pace?
+# ### Q16. Mistral 7B in fp16 on an H100 SXM (3.35 TB/s). What is the floor on milliseconds per decode step at batch 1 and 4k tokens of context? At batch 32 and 32k tokens, with a full cache and with a 4096 window? When does the KV cache, not the weights, set the pace?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -411,9 +392,7 @@ for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
           f"(cache {kv / 1e9:5.1f} GB)")
 
 # %% [markdown]
-# ### Q17. A profile of your decoder on an A100 shows SDPA running the math or memory-efficient kernel, never
-# FlashAttention, although every step passes a correct window mask. Why, and what do you change? What would
-# you hand FlashAttention's own `flash_attn_with_kvcache` instead of a mask?
+# ### Q17. A profile of your decoder on an A100 shows SDPA running the math or memory-efficient kernel, never FlashAttention, although every step passes a correct window mask. Why, and what do you change? What would you hand FlashAttention's own `flash_attn_with_kvcache` instead of a mask?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
@@ -436,10 +415,7 @@ for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
 # </details>
 
 # %% [markdown]
-# ### Q18. You batch two prompts of 100 and 70 tokens with left padding. What must the mask and the positions
-# be? A colleague prefills with `position_ids` from the attention mask, then decodes with one position counter
-# for the whole batch, and the short prompt's continuation goes wrong. Why, and why would one shared counter
-# used everywhere have worked with RoPE?
+# ### Q18. You batch two prompts of 100 and 70 tokens with left padding. What must the mask and the positions be? A colleague prefills with `position_ids` from the attention mask, then decodes with one position counter for the whole batch, and the short prompt's continuation goes wrong. Why, and why would one shared counter used everywhere have worked with RoPE?
 #
 # <details><summary><b>Answer</b> (try first)</summary>
 #
