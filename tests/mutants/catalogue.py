@@ -698,7 +698,7 @@ MUTANTS += [
     Mutant("ring-count-written-forgets", "swkv_teach/caches/ring.py", "        self._claim_slot()\n",
            "        pass\n", "a compiled step's token is never counted: seen and the position stay put",
            COMPILED_RING),
-    Mutant("compiled-ring-stale-token", "swkv_teach/model.py", "        self.ids.copy_(input_ids)\n", "",
+    Mutant("compiled-ring-stale-token", "swkv_teach/compiled_ring.py", "        self.ids.copy_(input_ids)\n", "",
            "the compiled step reads the token of the call before (its input buffer never refreshed)", COMPILED_RING),
     Mutant("hfc-ring-slot-off-by-one", "swkv_teach/hf_cache.py", "slot = (self.cumulative_length % W).view(1)",
            "slot = ((self.cumulative_length + 1) % W).view(1)",

@@ -1,0 +1,147 @@
+"""The ring's one-token decode step as one ``torch.compile`` graph: :class:`CompiledRing`.
+
+:meth:`swkv_teach.model.Decoder.compiled_ring` makes one per (batch, mode, dtype, device) and keeps it;
+``Decoder.generate(..., cache="ring", compile=True)`` prefills the prompt eagerly and then steps here.
+Everything a graph must not see change is fixed: the ring buffers' addresses, the shapes (``W`` slots,
+one token), and the position, slot and mask, which are tensors (``ring_slot_and_mask``), so no step
+past the window recompiles (``tests/test_compiled_ring.py`` runs 300 of them with recompilation an
+error). Lesson 9, section 8, shows why a cat + slice cache cannot be compiled this way.
+
+Window convention: :mod:`swkv_teach.masks`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from swkv_teach.caches.ring import RingBufferKVCache, ring_slot_and_mask
+from swkv_teach.model import LayerCaches, _inv_freq, _rotary_with
+
+if TYPE_CHECKING:
+    from swkv_teach.model import Decoder
+
+__all__ = ["CompiledRing"]
+
+
+def _ring_decode(model, input_ids, position, inv_freq, k_bufs, v_bufs):
+    """One token ``(B, 1)`` at ``position`` ``(1,)`` through every layer's ring buffers; logits ``(B, 1, vocab)``.
+
+    What :class:`CompiledRing` hands to ``torch.compile``: every shape is fixed (``W`` slots, one
+    token), the position, slot and mask are tensors, and nothing branches on data, so one graph
+    serves every step. A function of ``model``, not a method: dynamo lifts the weights as inputs.
+    """
+    x = model.embed(input_ids)  # (B, 1, dim)
+    rope = _rotary_with(position, inv_freq, x.dtype)  # once, for every layer
+    slot, visible = ring_slot_and_mask(position, k_bufs[0].shape[2])
+    visible = visible.view(1, -1)  # (1, W): SDPA wants a mask of at least two dims, the query's and the keys'
+    for layer, k_buf, v_buf in zip(model.layers, k_bufs, v_bufs):
+        x = layer.forward_ring_slot(x, rope, k_buf, v_buf, slot, visible)
+    return model.lm_head(model.norm(x))
+
+
+class CompiledRing:
+    """Ring buffers at fixed addresses and a ``torch.compile``-d one-token step over them, for one batch size.
+
+    The eager ring (:class:`~swkv_teach.caches.RingBufferKVCache`) already writes in place, but its
+    step is dozens of small kernels with Python between them, and what it returns changes shape
+    until the window fills. Here the step is one graph: keys and values go into slot ``p % W`` of
+    ``(B, n_kv_heads, W, head_dim)`` buffers made once (``torch._dynamo.mark_static_address``), the
+    query attends over all ``W`` slots through a mask that is data (``ring_slot_and_mask``), and
+    the position is a ``(1,)`` tensor. A cat + slice cache could not do this: its keys tensor is a
+    new allocation of a new length at every step, so a compiled graph would be specialised on each
+    length and a CUDA graph (which replays fixed addresses) could not be captured at all.
+
+    Use: ``caches = ring.new_caches()``; prefill eagerly with ``model.step(prompt, caches)`` (a
+    chunk, any length); then ``ring.step(next_id, caches)`` per token. The caches stay ordinary
+    ring caches (``seen``, ``positions``, ``ordered``, ``state_dict`` as eager ones), whose
+    buffers are this object's. One :class:`CompiledRing` per (batch, mode, dtype, device), made
+    and kept by :meth:`Decoder.compiled_ring` and reused by every sequence, as transformers' own
+    ``generate`` reuses its static cache (so no new compilation per request).
+
+    ``mode``: torch.compile's (``"default"``, ``"reduce-overhead"`` = CUDA graphs on CUDA, ...);
+    ``"default"`` on a CPU also turns on inductor's C++ wrapper (``options={"cpp_wrapper": True}``),
+    unless ``options`` says otherwise. Under CUDA graphs the logits returned are copied out of the
+    graph's output memory, which the next replay overwrites.
+
+    Every graph input is one of this object's tensors (the token is copied into ``self.ids``, the
+    position written into ``self.position``) and the step always runs in inference mode, so neither a
+    caller's inference tensors nor its grad mode recompile it.
+    """
+
+    def __init__(self, model: "Decoder", batch: int, mode: str = "default", options: dict | None = None):
+        c = model.config
+        p = next(model.parameters())
+        shape = (batch, c.n_kv_heads, c.window_size, c.head_dim)
+        self.model, self.batch, self.mode, self.window_size = model, batch, mode, c.window_size
+        self.dtype, self.device = p.dtype, p.device
+        with torch.inference_mode(False):  # ordinary tensors even when first asked inside inference_mode:
+            # the eager prefill writes them too, and an inference tensor refuses writes outside that mode
+            self.k = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in model.layers]
+            self.v = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in model.layers]
+            self.position = torch.zeros(1, dtype=torch.long, device=p.device)
+            self.ids = torch.zeros(batch, 1, dtype=torch.long, device=p.device)  # the token in: copied, so that
+            # every input of the graph is one of ours (a caller's inference tensor would fail dynamo's guards)
+            self.inv_freq = _inv_freq(c.head_dim, float(c.rope_theta), p.device).clone()
+        for t in (*self.k, *self.v, self.position, self.ids, self.inv_freq):
+            # one address for the object's life: CUDA graphs may then write the buffers in place
+            torch._dynamo.mark_static_address(t)
+        self._ids_shape = torch.Size((batch, 1))
+        self._caches: LayerCaches | None = None  # the one LayerCaches over these buffers that may step
+        self._graphs = mode == "reduce-overhead" and p.device.type == "cuda"
+        if options is None and mode == "default" and p.device.type == "cpu":
+            # inductor's C++ wrapper: on a CPU a tiny model's step is mostly the Python between kernels
+            # (one interleaved run on the bench's decoder at W = 1024: 2.1x the eager ring with it, 1.9x without)
+            options = {"cpp_wrapper": True}
+        how = {"options": options} if options else {"mode": mode}  # torch.compile takes one or the other
+        self._step = torch.compile(_ring_decode, fullgraph=True, **how)
+
+    def new_caches(self) -> LayerCaches:
+        """Empty ring caches, one per layer, over this object's buffers (zeroed: nothing of a past sequence).
+
+        The buffers are shared, so the caches made before are finished: only the newest may :meth:`step`.
+        """
+        caches = []
+        for k, v in zip(self.k, self.v):
+            k.zero_()
+            v.zero_()
+            cache = RingBufferKVCache(self.window_size)
+            cache.adopt(k, v)
+            caches.append(cache)
+        self._caches = LayerCaches(caches, self.window_size, 0)
+        return self._caches
+
+    def step(self, input_ids: torch.Tensor, caches: LayerCaches) -> torch.Tensor:
+        """One token ``(B, 1)`` through ``caches`` (the last :meth:`new_caches`), compiled; logits ``(B, 1, vocab)``.
+
+        Equal to ``model.step(input_ids, caches)`` (within float rounding: SDPA sums W slots, some
+        masked, instead of the filled ones), and the caches count the token as ``step`` would.
+        """
+        # identity and shape tests only: this runs every token, and its Python is what compiling removed
+        if caches is not self._caches:
+            raise ValueError("caches must be the last new_caches() of this CompiledRing (its buffers are the graph's; "
+                             "earlier caches over them were emptied by the later call)")
+        if input_ids.shape != self._ids_shape or input_ids.dtype is not torch.long:
+            raise ValueError(f"input_ids must be a ({self.batch}, 1) long tensor (one token per row); got shape "
+                             f"{tuple(input_ids.shape)} dtype {input_ids.dtype}")
+        seen = caches[0].seen
+        if not seen:
+            raise ValueError("the caches are empty: prefill the prompt with model.step(prompt, caches) first")
+        self.position.fill_(seen)
+        self.ids.copy_(input_ids)
+        if self._graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        if torch.is_inference_mode_enabled():
+            logits = self._step(self.model, self.ids, self.position, self.inv_freq, self.k, self.v)
+            if self._graphs:  # out of the graph's output memory, which the next replay overwrites
+                logits = logits.clone()
+        else:
+            # one autograd state for every call, inference mode: dynamo guards on it (no_grad or grad mode
+            # would each compile the step again), and it spares the step autograd's bookkeeping
+            with torch.inference_mode():
+                logits = self._step(self.model, self.ids, self.position, self.inv_freq, self.k, self.v)
+            logits = logits.clone()  # an ordinary tensor for a caller outside inference mode
+        for cache in caches:
+            cache.count_written()
+        return logits
