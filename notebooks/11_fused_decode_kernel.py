@@ -17,6 +17,8 @@
 # **By the end you will be able to**
 #
 # * derive the online softmax (running max, running sum, rescaled accumulator) and check it on numbers;
+# * read and write a small Triton kernel: programs and `tl.program_id`, blocks of `tl.arange`, pointer arithmetic,
+#   masked `tl.load`/`tl.store`, `tl.where` and reductions (no Triton needed beforehand);
 # * merge two partial softmaxes by log-sum-exp, and say why an empty part is where the NaNs come from;
 # * read a split-KV ("flash-decoding") kernel: which program reads which block of which sequence, and why the
 #   grid depends on the window, not on the sequence length;
