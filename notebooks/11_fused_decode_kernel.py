@@ -11,12 +11,14 @@
 # %% [markdown]
 # # Lesson 11 — A fused decode kernel: paged sliding-window attention in Triton
 #
-# **Time:** about 85 minutes for the lesson, plus 45–90 for [exercise 12](../exercises/12_paged_decode_kernel.ipynb), done where the lesson reaches it. **You need:** lesson 0's bandwidth floor, lesson 6, section 5
+# **Time:** about 95 minutes for the lesson, plus 45–90 for [exercise 12](../exercises/12_paged_decode_kernel.ipynb), done where the lesson reaches it. **You need:** lesson 0's bandwidth floor, lesson 6, section 5
 # (`flash_attn_with_kvcache` argument by argument) and lesson 7's block tables and `paged_attention`.
 #
 # **By the end you will be able to**
 #
 # * derive the online softmax (running max, running sum, rescaled accumulator) and check it on numbers;
+# * read and write a small Triton kernel: programs and `tl.program_id`, blocks of `tl.arange`, pointer arithmetic,
+#   masked `tl.load`/`tl.store`, `tl.where` and reductions (no Triton needed beforehand);
 # * merge two partial softmaxes by log-sum-exp, and say why an empty part is where the NaNs come from;
 # * read a split-KV ("flash-decoding") kernel: which program reads which block of which sequence, and why the
 #   grid depends on the window, not on the sequence length;
@@ -60,6 +62,7 @@ GPU = torch.cuda.is_available() and not interpreted()
 # %%
 # NBVAL_IGNORE_OUTPUT
 import triton
+import triton.language as tl
 
 print("Triton", triton.__version__, "|", "compiled for", torch.cuda.get_device_name() if GPU else
       "nothing: Triton's interpreter runs the kernels on the CPU")
@@ -108,7 +111,8 @@ print(f"softmax over all ten at once:                                         {e
 # Two things break if a line is skipped. Without `α` on `acc` (or on `l`), the two are measured against
 # different maxima and the ratio is wrong as soon as a later block raises the max (block 2 here: `m` goes
 # from 2.0 to 4.0). Without carrying the max (`m' = max_block s` alone) the update is still algebraically
-# right, until a later block's max is much *lower*: `α = exp(m − m')` then overflows. With scores 200 apart:
+# right, until a later block's max is much *lower*: `α = exp(m − m')` then overflows. With scores 200 apart,
+`α = exp(200 − 0.5)` is `inf` in float32, so `l` and `acc` both become `inf`, and `out = inf / inf` is `nan`:
 
 # %%
 for carried in (True, False):
@@ -164,6 +168,58 @@ print("two empty parts merge to", merge(empty, empty))
 # %% [markdown]
 # ## 2. The kernel, built up
 #
+# ### Triton in one page
+#
+# Exercise 12 is written in Triton, so here is all of it that the kernel uses. A Triton kernel is a Python
+# function under `@triton.jit` that describes **one program**; `kernel[grid](args)` launches one program per
+# point of `grid`, and each asks `tl.program_id(axis)` which one it is (on a GPU, programs run in parallel; in
+# the interpreter, one after another). A program works on **blocks**: `tl.arange(0, BLOCK)` is the vector
+# `0, 1, ..., BLOCK − 1`, and `BLOCK` must be a `tl.constexpr` (known when the kernel is compiled) and a power of
+# two. A tensor argument arrives as a **pointer** to its first element; `X + row * stride + cols` is a block of
+# pointers, the offsets in elements, computed by hand from the strides. `tl.load(ptrs, mask=m, other=x)` reads
+# each pointer where `m` is true and gives `x` elsewhere; `tl.store(ptrs, values, mask=m)` writes only where `m`
+# is true. `tl.where(c, a, b)` picks lane by lane; `tl.sum(x, axis)` and `tl.max(x, axis)` reduce a block;
+# `tl.exp`, `tl.log`, `tl.maximum` work lane by lane.
+#
+# **Why masks.** A row of 10 numbers read with a block of 16 has 6 lanes past its end. Their pointers point at
+# whatever follows in memory (the next row, another tensor, or an unmapped page: a crash), and nothing checks:
+# an unmasked load there reads garbage, an unmasked store corrupts memory. So every load and store past a length
+# that is not a multiple of the block carries a mask, and the lanes it leaves out get a value (`other`, then
+# `tl.where`) that cannot change the result. A row softmax over rows of 10, in blocks of 16, one program per row,
+# checked against `torch.softmax`:
+
+# %%
+@triton.jit
+def row_softmax(X, Y, n_cols, stride_row, BLOCK: tl.constexpr, MASK_SCORES: tl.constexpr):
+    row = tl.program_id(0)  # one program per row
+    cols = tl.arange(0, BLOCK)  # 0 .. BLOCK-1, BLOCK a power of two >= n_cols
+    inside = cols < n_cols  # lanes past the row's end are left out
+    x = tl.load(X + row * stride_row + cols, mask=inside, other=0.0)  # never read past the end
+    if MASK_SCORES:
+        x = tl.where(inside, x, float("-inf"))  # padding lanes: exp(-inf) = 0, they weigh nothing
+    e = tl.exp(x - tl.max(x, 0))
+    tl.store(Y + row * stride_row + cols, e / tl.sum(e, 0), mask=inside)  # never write past the end
+
+
+xs = torch.randn(3, 10, generator=torch.Generator().manual_seed(0))
+for mask_scores in (True, False):
+    ys = torch.empty_like(xs)
+    row_softmax[(xs.shape[0],)](xs, ys, xs.shape[1], xs.stride(0), BLOCK=16, MASK_SCORES=mask_scores)
+    print(f"padding lanes scored -inf: {mask_scores!s:5}  max |kernel - torch.softmax| < 1e-6: "
+          f"{bool((ys - torch.softmax(xs, 1)).abs().max() < 1e-6)}, row 0 sums to {ys[0].sum().item():.3f}")
+
+# %% [markdown]
+# The load's mask keeps the program from reading past the row; `other=0.0` gives the 6 padding lanes a value,
+# but 0 is a score too: without the `tl.where`, each adds `exp(0 − max)` to the sum, and the 10 real outputs
+# sum to less than 1. Exercise 12 meets exactly this twice: a block of 16 slots of which only some are in the
+# window, and a tile padded to a power of two. Triton's [tutorials](https://triton-lang.org/main/getting-started/tutorials/index.html)
+# go further (vector add, fused softmax, matrix multiply), and its
+# [fused-attention tutorial](https://triton-lang.org/main/getting-started/tutorials/06-fused-attention.html)
+# (`python/tutorials/06-fused-attention.py`, [references](../docs/references.md)) is the online softmax of
+# section 1 in Triton.
+#
+# ### The decode kernel
+#
 # `swkv_teach.kernels.paged_decode(q, k_cache, v_cache, cache_seqlens, block_table, window_size, softmax_scale,
 # num_splits)` takes what `paged_attention` takes, with one query per sequence (`q` is `(batch, 1, nheads,
 # headdim)`), and returns the same. It is two Triton kernels:
@@ -210,10 +266,15 @@ for title, W, splits in (("one block ", 4, 1), ("one split ", 24, 1), ("3 splits
     ref = paged_attention(q, pool_k, pool_v, seqlens, table, window_size=W)
     print(f"{title} W = {W:2}, num_splits = {splits}: max |kernel - paged_attention| < 1e-6: "
           f"{bool((out - ref).abs().max() < 1e-6)}")
+reads8 = kd.split_blocks(seqlens, 24, bs, 8, width)  # (row, split) -> [first, end) logical blocks it reads
+empty8 = (reads8[..., 1] <= reads8[..., 0]).sum(1).tolist()
+print("8 splits, W = 24: splits holding no block, per row:",
+      ", ".join(f"row {b} (length {n}): {e} of 8" for b, (n, e) in enumerate(zip(seqlens.tolist(), empty8))))
 
 # %% [markdown]
 # (They differ by about 1e-7, float32 rounding: the kernel sums in another order.) With 8 splits and a window
-# of 24, which overlaps at most 3 blocks of 16, five of the eight splits of every row hold no block: they store
+# of 24, which overlaps at most 3 blocks of 16, at least five of the eight splits of every row hold no block (the
+# last line: row 0's five keys fill one block, so seven of its splits are empty). An empty split stores
 # `lse = −inf, o = 0`, and the combine starts from an empty part, so `merge` meets `−inf − −inf` on every row.
 #
 # Now the library's two functions (you have done exercise 12, haven't you?):

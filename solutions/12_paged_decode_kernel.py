@@ -61,8 +61,15 @@ print("Triton", triton.__version__, "|", "interpreter on the CPU" if interpreted
 # * `BLOCK_N`, `BLOCK_D`: the tile, powers of two `>= BLOCK_SIZE, HEAD_DIM` (`tl.arange` needs powers of two).
 #
 # `attend_block` returns the new `(m_i, l_i, acc)`. Read only the slots with `lo <= pos < hi` (and `i < BLOCK_SIZE`,
-# `d < HEAD_DIM`): every other slot may hold anything, NaN included. Use `block_id.to(tl.int64)` in the offset, as
-# a large pool overflows int32.
+# `d < HEAD_DIM`): every other slot may hold anything, NaN included.
+#
+# One thing the check cannot see: the offset's integer width. Block tables are usually int32 (FlashAttention's
+# `flash_api.cpp` refuses any other: "block_table must have dtype torch.int32"), and Triton passes an integer
+# argument that fits in 32 bits, such as `stride_block`, as int32. Their product is then computed in int32, and in
+# a pool of more than 2**31 elements (4 GiB of bfloat16, an ordinary KV cache) it wraps around to a negative
+# offset: the load reads the wrong memory. Production kernels therefore compute the offset in int64,
+# `block_id.to(tl.int64) * stride_block`; do the same. The check's pools hold a few thousand elements, so an int32
+# offset passes here: this line is yours to get right without a test.
 #
 # At the end each split stores its normalised output `o = acc / l_i` and `lse = m_i + log(l_i)` (a split that held
 # no block stores `o = 0`, `lse = -inf`), and a second pass combines the splits of each (row, head) one after

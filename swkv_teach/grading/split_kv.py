@@ -17,7 +17,8 @@ Order, so the first failure names one bug:
    thing: one block; a second block whose scores are 20 higher (the accumulator and the sum must
    both be rescaled); a first block 200 higher (the max must be carried: ``exp(200)`` overflows);
    a window starting exactly on and just before a block edge (off by one, named when the result is
-   the one ``W - 1`` or ``W + 1`` gives); 4 query heads over 2 key/value heads (named when the
+   the one ``W - 1`` or ``W + 1`` gives; reading the slot at ``hi`` too, named when the result is
+   the one the keys ``lo..hi`` give); 4 query heads over 2 key/value heads (named when the
    result is ``h % 2``'s); NaN in the slots past ``cache_seqlens`` and before the window; a block
    size of 24 and a headdim of 12, whose tiles are padded to 32 and 16.
 3. Both together over ragged batches, MHA/GQA/MQA, block sizes 16/32/24, windows smaller than,
@@ -143,13 +144,28 @@ class _Case:
         self.seqlens, self.H, self.Hk, self.D, self.dtype, self.seed = seqlens, H, Hk, D, dtype, seed
 
     def describe(self) -> str:
-        W = "None" if self.W is None else self.W
+        W = self.W if self.W is not None else f"None (no window: every stored key, as window_size={max(self.seqlens)})"
         return (f"{self.title}: cache_seqlens={self.seqlens}, window_size={W}, block_size={self.bs}, "
                 f"nheads={self.H}, nheads_k={self.Hk}, headdim={self.D}, {str(self.dtype)[6:]}, "
                 f"num_splits={self.splits}")
 
     def expected(self, W="same", kv_head=None):
         return _reference(self.q, self.dense_k, self.dense_v, self.W if W == "same" else W, self.bs, kv_head)
+
+    def one_past(self):
+        """The output of a kernel that reads keys lo..hi, hi included: the pool's slot at position hi =
+        cache_seqlens, past the window's last key, taken as one more key (rows whose hi ends a block are left
+        as they are: the skeleton never visits the next block)."""
+        k_cache, v_cache, table = _pool(self.dense_k, self.dense_v, self.W, self.bs, self.poison, self.seed)
+        outs = []
+        for b, n in enumerate(self.seqlens):
+            k, v, W = self.dense_k[b], self.dense_v[b], self.W
+            if n % self.bs:
+                blk, slot = int(table[b, n // self.bs]), n % self.bs
+                k, v = torch.cat([k, k_cache[blk, slot][None]]), torch.cat([v, v_cache[blk, slot][None]])
+                W = None if W is None else W + 1  # the same oldest key, one more at the end
+            outs.append(_reference(self.q[b : b + 1], [k], [v], W, self.bs))
+        return torch.cat(outs)
 
     def run(self, attend, merge, device):
         from swkv_teach.kernels.decode import decode_launch
@@ -269,6 +285,9 @@ HINTS = {
             "(mask=..., other=0.0), not only the scores, since p * v with p = 0 and v = NaN is still NaN.",
     "before": "a slot before the window (pos < lo) may hold anything, NaN included: mask the loads of k and v with "
               "the window (pos >= lo) & (pos < hi), not only the scores.",
+    "one past": "the slot at pos = hi = cache_seqlens[b] is one past the window's last key (the query's own, at "
+                "p = hi - 1): it was never written for this row and may hold anything (a stale key here, NaN in "
+                "a freed block). The visible keys are lo <= pos < hi: mask pos < hi, not pos <= hi.",
     "pad": "tl.arange needs powers of two, so the tile has BLOCK_N >= BLOCK_SIZE slots and BLOCK_D >= HEAD_DIM "
            "lanes: slots i >= BLOCK_SIZE belong to the next pool block and must be masked (offs_n < BLOCK_SIZE), "
            "as must lanes d >= HEAD_DIM.",
@@ -291,6 +310,10 @@ def _check_attend(attend, own_merge, device) -> None:
                                     f"{other} ({what}) gives, W = {W}. The query at p = hi - 1 sees keys "
                                     "p - W < j <= p, i.e. lo <= pos < hi with lo = hi - W (the skeleton passes lo "
                                     "and hi): mask (pos >= lo) & (pos < hi).")
+            if _differs(got, case.one_past(), case.dtype) is None:
+                raise _mismatch(case, got, want, where, HINTS["one past"],
+                                "your output is what the keys lo..hi give, hi included: one slot past the "
+                                "window's last key.")
         if kind == "gqa":
             group = case.H // case.Hk
             modulo = [h % case.Hk for h in range(case.H)]

@@ -159,6 +159,16 @@ def window_one_key_too_many(q, m_i, l_i, acc, K, V, block_id, start, head, lo, h
 
 
 @triton.jit
+def window_reads_slot_at_seqlen(q, m_i, l_i, acc, K, V, block_id, start, head, lo, hi, stride_block, stride_slot,
+                                stride_head, GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+                                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Keys pos <= hi instead of pos < hi: the slot at cache_seqlens, one past the window's last key, is read."""
+    k, v, seen = _tile(K, V, block_id, start, head, lo, hi + 1, stride_block, stride_slot, stride_head,
+                       GROUP, BLOCK_SIZE, BLOCK_N, HEAD_DIM, BLOCK_D)
+    return _fold(q, m_i, l_i, acc, k, v, seen)
+
+
+@triton.jit
 def gqa_modulo(q, m_i, l_i, acc, K, V, block_id, start, head, lo, hi, stride_block, stride_slot, stride_head,
                GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                BLOCK_D: tl.constexpr):
@@ -224,6 +234,8 @@ wrong("check_paged_decode_kernel", "max must be carried")(pair(max_not_carried, 
 wrong("check_paged_decode_kernel", "-inf", "exp(0 - m)")(pair(masked_scores_zero, attend=masked_scores_zero))
 wrong("check_paged_decode_kernel", "off by one", "W - 1")(pair(window_drops_first_key, attend=window_drops_first_key))
 wrong("check_paged_decode_kernel", "off by one", "W + 1")(pair(window_one_key_too_many, attend=window_one_key_too_many))
+wrong("check_paged_decode_kernel", "one slot past", "cache_seqlens", "pos < hi, not pos <= hi")(
+    pair(window_reads_slot_at_seqlen, attend=window_reads_slot_at_seqlen))
 wrong("check_paged_decode_kernel", "head // GROUP", "h % 2")(pair(gqa_modulo, attend=gqa_modulo))
 wrong("check_paged_decode_kernel", "past cache_seqlens", "mask the loads")(
     pair(values_read_past_seqlen, attend=values_read_past_seqlen))
