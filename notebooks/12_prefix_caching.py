@@ -338,8 +338,9 @@ plt.show()
 # requests admitted in one step share one forward, and none of them hits another's blocks, not even an identical
 # prompt's. vLLM names a block when it is *scheduled*, before its keys are computed (`KVCacheManager.allocate_slots`
 # ends with `cache_blocks(request, num_tokens_to_cache)`, `num_tokens_to_cache = min(total_computed_tokens +
-# num_new_tokens, request.num_tokens)`; `vllm/v1/core/kv_cache_manager.py` at commit 003df296), so there a
-# duplicate scheduled later in the same step does hit. Four copies of the system prompt, submitted together:
+# num_new_tokens, request.num_tokens)`, `vllm/v1/core/kv_cache_manager.py:616-625`, called for each waiting request
+# in turn, `vllm/v1/core/sched/scheduler.py:1435`), so there a duplicate scheduled later in the same step does hit.
+# Four copies of the system prompt, submitted together:
 
 # %%
 duplicate = tok.encode(SYSTEM_PROMPT)

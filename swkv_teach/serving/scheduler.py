@@ -67,8 +67,9 @@ another's blocks, not even an identical prompt's (four copies of a 205-token pro
 tokens hit in the reserved mode, 0 with ``token_budget=1024``; lesson 12, section 4). vLLM
 differs: it caches a block when it is scheduled (``KVCacheManager.allocate_slots`` ends with
 ``cache_blocks(request, num_tokens_to_cache)``, ``num_tokens_to_cache = min(total_computed_tokens
-+ num_new_tokens, request.num_tokens)``, ``vllm/v1/core/kv_cache_manager.py`` at commit
-003df296), so a duplicate scheduled later in the same step hits it.
++ num_new_tokens, request.num_tokens)``, ``vllm/v1/core/kv_cache_manager.py`` lines 616-625 of
+v0.33.0, called for each waiting request in turn, ``scheduler.py`` line 1435), so a duplicate
+scheduled later in the same step hits it.
 
 Window convention: :mod:`swkv_teach.masks`.
 """
