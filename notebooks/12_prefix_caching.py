@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 12 — Where LRU really lives: prefix caching, a block store on Redis, and Redis's own LRU
 #
-# **Time:** about 85 minutes for the lesson, plus 30–50 for [exercise 13](../exercises/13_prefix_cache_lru.ipynb), done where the lesson reaches it.
+# **Time:** about 95 minutes for the lesson, plus 30–50 for [exercise 13](../exercises/13_prefix_cache_lru.ipynb), done where the lesson reaches it.
 # **You need:** lesson 5 (the build guide's LRU taken apart) and lesson 7 (blocks, block tables, the scheduler).
 # Sections 5 and 6 start a throwaway `redis-server` on this machine (how to install it: section 0).
 #
@@ -203,14 +203,14 @@ plt.show()
 # one whose own tokens happened to match, because its parent differs.
 
 # %%
-cache = PrefixCache(num_blocks=3)  # the worked example of exercise 13
+cache = PrefixCache(num_blocks=3)  # exercise 13's worked example: blocks of 2 tokens
 table = [cache.allocate() for _ in range(3)]
-for block, h in zip(table, block_hashes([1] * 16 + [2] * 16 + [3] * 16, BS)):
+for block, h in zip(table, block_hashes([1, 2, 3, 4, 5, 6], 2)):
     cache.cache(block, h)
 cache.release(table)
 print("one request cached blocks", table, "and finished; free queue, least recently freed first:",
       list(cache.free_queue))
-second = block_hashes([1] * 16 + [2] * 16 + [9] * 16, BS)
+second = block_hashes([1, 2, 3, 4, 9, 9], 2)
 hit = cache.lookup(second)
 cache.acquire(hit)
 print("a second request shares the first two blocks: lookup ->", hit, "; it allocates block", cache.allocate(),
@@ -310,11 +310,15 @@ for name, rates in speed.items():
     print(f"{name:24} {rate:7.0f} tokens/s   ({rate / off:.2f}x off)")
 
 # %% [markdown]
-# Caching on is the fastest: it skips most of the prefill. The small pool runs fewer requests at once and
-# recomputes what it evicted; the store takes back the recomputing, but on this tiny model a block copied from the
-# store is not much cheaper than its prefill (16 tokens through 300,000 parameters is cheap). The prefill a hit saves grows with the model (about `2 ×
-# parameters` FLOPs per token, lesson 0), the copy does not: on a 7B model a block from a store is far cheaper
-# than computing it, which is why tiers such as LMCache exist.
+# What these timings can show and what they cannot. The prefill tokens saved (the table above) are exact and the
+# same on every machine; tokens per second are this machine's, noisy, and not stored with the lesson. Caching on
+# runs faster here: it skips most of the prefill. The small pool runs fewer requests at once and recomputes what
+# it evicted. The store gives back the *prefill tokens* the small pool lost, but on this tiny model it need not
+# give back any *speed*: reading a block back (fetch, checksum, copy into the pool) costs about as much as
+# recomputing its 16 tokens through 300,000 parameters, so the "+ store" row may come out no faster than the
+# small pool alone, or a little slower. The prefill a hit saves grows with the model (about `2 × parameters`
+# FLOPs per token, lesson 0), the copy grows only with the size of the keys: on a 7B model a block from a store
+# is far cheaper than computing it, which is why tiers such as LMCache exist.
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 3.6), dpi=DPI)
@@ -327,6 +331,28 @@ ax.set(xlabel="prompt tokens computed (prefill), 24 requests", xlim=(0, max(comp
        title="Prefix caching computes each shared block once; a store wins back what a small pool evicts")
 fig.tight_layout()
 plt.show()
+
+# %% [markdown]
+# One limit of this scheduler: a block is cached after the forward that computes its keys. In the reserved mode
+# every newcomer is prefilled in its own forward, so the next one finds its blocks; with a `token_budget`, the
+# requests admitted in one step share one forward, and none of them hits another's blocks, not even an identical
+# prompt's. vLLM names a block when it is *scheduled*, before its keys are computed (`KVCacheManager.allocate_slots`
+# ends with `cache_blocks(request, num_tokens_to_cache)`, `num_tokens_to_cache = min(total_computed_tokens +
+# num_new_tokens, request.num_tokens)`, `vllm/v1/core/kv_cache_manager.py:616-625`, called for each waiting request
+# in turn, `vllm/v1/core/sched/scheduler.py:1435`), so there a duplicate scheduled later in the same step does hit.
+# Four copies of the system prompt, submitted together:
+
+# %%
+duplicate = tok.encode(SYSTEM_PROMPT)
+for budget in (None, 1024):
+    sched = Scheduler(model, num_blocks=64, block_size=BS, prefix_caching=True, token_budget=budget)
+    for _ in range(4):
+        sched.submit(duplicate, max_new_tokens=4)
+    sched.run()
+    st = sched.stats()
+    mode = "reserved mode" if budget is None else f"token_budget={budget}"
+    print(f"{mode:17}: {st['prefix_hit_tokens']:3d} of {st['prefix_query_tokens']} prompt tokens hit, "
+          f"{st['prefill_tokens_computed']} computed")
 
 # %% [markdown]
 # ## 5. The store on Redis, shared by two processes
@@ -405,7 +431,12 @@ if HAVE_REDIS:
 #
 # The trace: every full block of every chat prompt, in order (a store's lookups), each block a value of the real
 # encoded size. A few `maxmemory` budgets put Redis's capacity on both sides of the point where the chat's
-# working set stops fitting.
+# working set stops fitting. Dividing a budget by a block's bytes overestimates it: Redis's own memory (its
+# `used_memory` in `INFO memory` before any block is written, about a megabyte, and a little more once a client
+# writes) counts against `maxmemory` too, and each block costs its value plus its key and the allocator's rounding.
+# So a budget holds about `(maxmemory - baseline) / per-block cost` blocks; the run below prints the empty
+# server's `used_memory`, the per-block cost (the slope between the smallest and largest budget) and the baseline
+# that fits.
 
 # %%
 chat_prompts = [r["prompt"] for turn in runs["off"][0]["requests"] for r in turn]
@@ -427,15 +458,25 @@ for c in (10, 15, 20, 25, 30, 45):
 BUDGETS = ["1300kb", "1400kb", "1550kb", "1750kb", "2000kb"]
 rows = []
 if HAVE_REDIS:
+    with RedisServer(config={"maxmemory": BUDGETS[-1], "maxmemory-policy": "allkeys-lru"}) as empty:
+        baseline = redis.Redis.from_url(empty.url).info("memory")["used_memory"]
     for budget in BUDGETS:
         for _ in range(2):
             rows += compare_lru(trace, value_bytes, maxmemory=budget, samples=(1, 5, 10))
             rows += compare_lru(trace, value_bytes, maxmemory=budget, samples=(5,), clocks=("wall",))
             for r in rows[-4:]:
                 r["budget"] = budget
+    kib = {budget: int(budget[:-2]) * 1024 for budget in BUDGETS}  # Redis's "kb" is 1024 bytes
+    caps = {budget: statistics.median(r["capacity"] for r in rows if r["budget"] == budget) for budget in BUDGETS}
+    per_block = (kib[BUDGETS[-1]] - kib[BUDGETS[0]]) / (caps[BUDGETS[-1]] - caps[BUDGETS[0]])  # the slope
+    overhead = statistics.median(kib[b] - caps[b] * per_block for b in BUDGETS)
+    print(f"Redis's used_memory before any block: {baseline:,} bytes. One block costs ~{per_block:,.0f} bytes in "
+          f"Redis (its {value_bytes:,}-byte value, its key, the allocator's rounding), so a budget holds about\n"
+          f"(maxmemory - {overhead:,.0f}) / {per_block:,.0f} blocks: Redis's own memory, a little more once a "
+          "client writes than when empty, counts against maxmemory")
     for budget in BUDGETS:
         mine = [r for r in rows if r["budget"] == budget]
-        cap = statistics.median(r["capacity"] for r in mine)
+        cap = caps[budget]
         rate = {(clock, s): statistics.median(r["redis_hit_rate"] for r in mine
                                               if (r["clock"], r["samples"]) == (clock, s))
                 for clock, s in (("virtual", 1), ("virtual", 5), ("virtual", 10), ("wall", 5))}

@@ -180,17 +180,20 @@ class PrefixCache:
 check_prefix_cache_lru(hash_block_tokens, block_hashes, PrefixCache)
 
 # %%
+# The worked example, through the methods the statement specifies only (your block numbers may differ).
 cache = PrefixCache(3)
 first = block_hashes([1, 2, 3, 4, 5, 6], 2)
 table = [cache.allocate() for _ in first]
 for block, h in zip(table, first):
     cache.cache(block, h)
-cache.release(table)
-print("free queue, least recently freed first:", list(cache.free))
+cache.release(table)  # the last block first: the free queue is [table[2], table[1], table[0]]
 second = block_hashes([1, 2, 3, 4, 9, 9], 2)
 hit = cache.lookup(second)
 cache.acquire(hit)
-print("the second request hits blocks", hit, "and gets block", cache.allocate(), "for its last one")
+new = cache.allocate()
+print("the first request's blocks:", table, "| the second hits", hit, "and gets block", new, "for its last one")
+print("its first two blocks are shared:", hit == table[:2], "| the evicted block is the first's tail:",
+      new == table[2], "| h2 is forgotten:", cache.lookup(first) == table[:2])
 
 # %% [markdown]
 # ### Interview follow-up

@@ -1,7 +1,10 @@
 """Exercise 13's check beyond the catalogue: a salted hash written in a notebook (rebuilt from its cell's source in
-a second process), and the solution's stored outputs. The catalogue itself runs in tests/test_grading.py."""
+a second process), and the cells after the answer, run on right answers with other internals. The catalogue itself
+runs in tests/test_grading.py."""
 
 from __future__ import annotations
+
+import importlib
 
 import nbformat
 import pytest
@@ -42,3 +45,23 @@ def test_a_salted_hash_written_in_a_notebook_is_caught_in_a_second_process(tmp_p
     with pytest.raises(CellExecutionError) as info:
         NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": root}}).execute()
     assert "another Python process" in str(info.value) and "salted" in str(info.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("answer", ["LinkedListCache", "TimestampCache"])
+def test_the_cells_after_the_answer_run_on_a_right_answer_with_other_internals(answer):
+    """Every cell after the learner's answer uses only what the statement specifies: the solution notebook, its
+    answer cell replaced by a right answer of tests/right_answers/prefix.py that names its internals its own way
+    (no ``free``, no ``ref``), runs to the end. (A cell reading ``cache.free`` failed here.)"""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    nb = nbformat.read(root / "solutions" / "13_prefix_cache_lru.ipynb", as_version=4)
+    (n,) = [i for i, c in enumerate(nb.cells) if c.metadata.get("swkv", {}).get("role") == "answer"]
+    nb.cells[n].source = (f"import sys; sys.path.insert(0, {str(root)!r})\n"
+                          f"from tests.right_answers.prefix import {answer} as PrefixCache\n"
+                          "hash_block_tokens, block_hashes = PrefixCache.hash_block_tokens, PrefixCache.block_hashes")
+    assert not hasattr(getattr(importlib.import_module("tests.right_answers.prefix"), answer)(3), "free")
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(root)}}).execute()
+    outputs = "".join(o.get("text", "") for c in nb.cells[n + 1 :] if c.cell_type == "code" for o in c.outputs)
+    assert "✅" in outputs and "the evicted block is the first's tail: True" in outputs, outputs

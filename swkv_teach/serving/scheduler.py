@@ -60,6 +60,17 @@ evicted from the cache are written to the store. :meth:`Scheduler.stats` counts 
 as vLLM's ``PrefixCacheStats`` (``vllm/v1/metrics/stats.py`` line 121: ``queries`` are tokens
 looked up, ``hits`` the tokens a hit covers, skipped sliding-window positions included).
 
+A block is cached only after the forward that computes its keys. In the reserved mode each
+newcomer has its own prefill forward, so the next one admitted finds its blocks; with a
+``token_budget``, requests admitted in the same step share one forward, so none of them hits
+another's blocks, not even an identical prompt's (four copies of a 205-token prompt: 576 prompt
+tokens hit in the reserved mode, 0 with ``token_budget=1024``; lesson 12, section 4). vLLM
+differs: it caches a block when it is scheduled (``KVCacheManager.allocate_slots`` ends with
+``cache_blocks(request, num_tokens_to_cache)``, ``num_tokens_to_cache = min(total_computed_tokens
++ num_new_tokens, request.num_tokens)``, ``vllm/v1/core/kv_cache_manager.py`` lines 616-625 of
+v0.33.0, called for each waiting request in turn, ``scheduler.py`` line 1435), so a duplicate
+scheduled later in the same step hits it.
+
 Window convention: :mod:`swkv_teach.masks`.
 """
 
