@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swkv_teach.attention import paged_attention
+from tests.paged_pools import poisoned_pool
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
 
@@ -41,34 +42,9 @@ def oracle(q, dense_k, dense_v, seqlens, W, scale=None):
 
 
 def build(seqlens, Tq, W, bs, Hk, D, dtype, seed, junk):
-    """A poisoned pool holding each row's keys, its block table, and the dense keys for the oracle."""
-    g = torch.Generator().manual_seed(seed)
-    max_blocks = max(-(-n // bs) for n in seqlens) + 1
-    needed = []  # per row: the logical blocks some query reads
-    for n in seqlens:
-        first = 0 if W is None else max(0, n - Tq - W + 1)
-        needed.append(list(range(first // bs, (n - 1) // bs + 1)))
-    num_blocks = sum(map(len, needed)) + 2  # two spare blocks, never read
-    perm = torch.randperm(num_blocks, generator=g).tolist()
-    k_cache = torch.full((num_blocks, bs, Hk, D), float("nan"))
-    v_cache = torch.full((num_blocks, bs, Hk, D), float("nan"))
-    table = torch.empty(len(seqlens), max_blocks, dtype=torch.int32)
-    dense_k, dense_v = [], []
-    for b, n in enumerate(seqlens):
-        k = torch.randn(n, Hk, D, generator=g).to(dtype)
-        v = torch.randn(n, Hk, D, generator=g).to(dtype)
-        dense_k.append(k)
-        dense_v.append(v)
-        first = 0 if W is None else max(0, n - Tq - W + 1)
-        for i in range(max_blocks):
-            if i in needed[b]:
-                table[b, i] = block = perm.pop()
-                for j in range(i * bs, min(n, (i + 1) * bs)):
-                    if j >= first:  # only keys inside some query's window are written; the rest stay NaN
-                        k_cache[block, j % bs], v_cache[block, j % bs] = k[j].float(), v[j].float()
-            else:
-                table[b, i] = -1 if junk == "minus1" else 10**6 + i
-    return k_cache.to(dtype), v_cache.to(dtype), table, dense_k, dense_v
+    """A poisoned pool holding each row's keys (every row read by its last ``Tq`` queries), its block table, and the
+    dense keys for the oracle: :func:`tests.paged_pools.poisoned_pool`."""
+    return poisoned_pool(seqlens, [Tq] * len(seqlens), W, bs, Hk, D, dtype, seed, junk)
 
 
 @settings(max_examples=60, deadline=None)

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swkv_teach.attention import paged_attention
+from tests.paged_pools import poisoned_pool as build
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
 
@@ -39,31 +40,6 @@ def oracle(q, cu, dense_k, dense_v, seqlens, W, scale=None):
     return out
 
 
-def build(seqlens, counts, W, bs, Hk, D, dtype, seed, junk):
-    """A poisoned pool with each row's keys where its queries read them, its block table, and the dense keys."""
-    g = torch.Generator().manual_seed(seed)
-    max_blocks = max(-(-n // bs) for n in seqlens) + 1
-    firsts = [0 if W is None else max(0, n - c - W + 1) for n, c in zip(seqlens, counts)]
-    needed = [list(range(f // bs, (n - 1) // bs + 1)) if c else [] for f, n, c in zip(firsts, seqlens, counts)]
-    num_blocks = sum(map(len, needed)) + 2
-    perm = torch.randperm(num_blocks, generator=g).tolist()
-    k_cache = torch.full((num_blocks, bs, Hk, D), float("nan"))
-    v_cache = torch.full((num_blocks, bs, Hk, D), float("nan"))
-    table = torch.empty(len(seqlens), max_blocks, dtype=torch.int32)
-    dense_k, dense_v = [], []
-    for b, n in enumerate(seqlens):
-        k = torch.randn(n, Hk, D, generator=g).to(dtype)
-        v = torch.randn(n, Hk, D, generator=g).to(dtype)
-        dense_k.append(k)
-        dense_v.append(v)
-        for i in range(max_blocks):
-            if i in needed[b]:
-                table[b, i] = block = perm.pop()
-                for j in range(max(i * bs, firsts[b]), min(n, (i + 1) * bs)):
-                    k_cache[block, j % bs], v_cache[block, j % bs] = k[j].float(), v[j].float()
-            else:
-                table[b, i] = -1 if junk == "minus1" else 10**6 + i
-    return k_cache.to(dtype), v_cache.to(dtype), table, dense_k, dense_v
 
 
 @settings(max_examples=80, deadline=None)
