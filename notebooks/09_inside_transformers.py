@@ -334,7 +334,12 @@ print("recompilations in 2 x 48 steps, through and past a window of 16: 0 (error
 # How much does it buy? Below, the same tiny model decodes with the eager ring and with the compiled step,
 # interleaved, one thread (the bench's `compiled` row does this at `W = 1024` on the Mistral-shaped decoder:
 # `python -m swkv_teach.bench`). On a CPU the gain is mostly the Python between ~60 small kernels, which the
-# compiled step (with inductor's C++ wrapper) no longer runs; the numbers depend on the machine and its load.
+# compiled step (with inductor's C++ wrapper) no longer runs, and the linears: at decode each is one row times a
+# matrix, which the library has inductor generate as a fused multiply-and-sum (its `decompose_mm_pass`) rather than
+# call a BLAS routine for. What compiling leaves alone is the attention: the graph calls the same ATen attention
+# kernel over the `W` slots as the eager ring, so the larger the window, the larger the share of the step that
+# compiling cannot shrink (the bench times that kernel alone and reports the step outside it). The numbers depend on
+# the machine and its load.
 
 # %%
 # NBVAL_IGNORE_OUTPUT

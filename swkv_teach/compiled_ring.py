@@ -61,8 +61,9 @@ class CompiledRing:
     ``generate`` reuses its static cache (so no new compilation per request).
 
     ``mode``: torch.compile's (``"default"``, ``"reduce-overhead"`` = CUDA graphs on CUDA, ...);
-    ``"default"`` on a CPU also turns on inductor's C++ wrapper (``options={"cpp_wrapper": True}``),
-    unless ``options`` says otherwise. Under CUDA graphs the logits returned are copied out of the
+    ``"default"`` on a CPU also turns on inductor's C++ wrapper and its pass that generates one-row
+    matrix products itself (``options={"cpp_wrapper": True, "post_grad_fusion_options":
+    {"decompose_mm_pass": {}}}``), unless ``options`` says otherwise. Under CUDA graphs the logits returned are copied out of the
     graph's output memory, which the next replay overwrites.
 
     Every graph input is one of this object's tensors (the token is copied into ``self.ids``, the
@@ -92,8 +93,16 @@ class CompiledRing:
         self._graphs = mode == "reduce-overhead" and p.device.type == "cuda"
         if options is None and mode == "default" and p.device.type == "cpu":
             # inductor's C++ wrapper: on a CPU a tiny model's step is mostly the Python between kernels
-            # (one interleaved run on the bench's decoder at W = 1024: 2.1x the eager ring with it, 1.9x without)
-            options = {"cpp_wrapper": True}
+            # (one interleaved run on the bench's decoder at W = 1024: 2.1x the eager ring with it, 1.9x without).
+            # decompose_mm_pass: at decode with batch 1 every linear is one row times a matrix (memory-bound), and
+            # inductor's post-grad pass rewrites an mm whose first dimension is 1 on a CPU into a multiply-and-sum
+            # it generates and fuses with the norms and activations around it, instead of one BLAS call each
+            # (torch 2.13 torch/_inductor/fx_passes/decompose_mem_bound_mm.py, CPU thresholds lines 24-25, the
+            # test lines 145-154; a larger batch keeps its BLAS calls). On the bench's decoder the step went from
+            # 9 BLAS calls (4 linears a layer, the head) to none, and from 1.77-1.83x to 1.89-1.98x the eager
+            # ring at W = 1024 (2.0-2.1x to 2.3-2.4x at W = 64); what is left at W = 1024 is mostly the attention
+            # kernel, the same ATen call in both (the bench reports the step outside it).
+            options = {"cpp_wrapper": True, "post_grad_fusion_options": {"decompose_mm_pass": {}}}
         how = {"options": options} if options else {"mode": mode}  # torch.compile takes one or the other
         # dynamic=False: every CompiledRing compiles _ring_decode, and dynamo keeps one cache per code object, so a
         # second window (another ring shape) would otherwise be recompiled with symbolic shapes ("automatic dynamic")

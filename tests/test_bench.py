@@ -328,8 +328,38 @@ def test_the_compiled_ring_has_a_row_beside_the_eager_ring(quick_run):
     assert math.isclose(row["ratio_to_ring_best"], t["max"] / ring["tokens_per_s"]["max"], rel_tol=1e-9)
     assert row["same_tokens_as_ring"] is True, "the compiled step decoded other greedy tokens than the eager ring"
     assert row["warmup_s"] > 0 and row["threads"] == 1
+    # the attention kernels alone, timed in the same rounds, and the step outside them
+    eager_us, compiled_us = 1e6 / ring["tokens_per_s"]["median"], 1e6 / t["median"]
+    assert 0 < row["attention_us"] < min(eager_us, compiled_us), (row["attention_us"], eager_us, compiled_us)
+    assert math.isclose(row["ratio_outside_attention"],
+                        (eager_us - row["attention_us"]) / (compiled_us - row["attention_us"]), rel_tol=1e-9)
+    assert "attention_us" not in ring, "only the compiled row carries the split"
     target = result["targets"]["compiled_decode_vs_ring"]
     assert target["value"] == row["ratio_to_ring"] and target["met"] is None
+    outside = result["targets"]["compiled_outside_attention"]
+    assert outside["value"] == row["ratio_outside_attention"] and outside["met"] is None
+
+
+def _compiled_row(W, ratio, outside):
+    return {"window": W, "cache": "compiled", "ratio_to_ring": ratio, "ratio_outside_attention": outside}
+
+
+def test_compiled_targets_read_whole_steps_at_the_smallest_window_and_outside_attention_at_the_largest():
+    """Issue 29: the whole-step ratio where the step is mostly overhead (the smallest window), and at the largest
+    window the step outside the attention kernel both paths call unchanged. Rows out of window order on purpose;
+    the other window's figures must not be read (they are set to miss)."""
+    from swkv_teach.bench.report import targets
+
+    updates = [_update_row(64, "floor", 1.0), _update_row(64, "ring", 1.2)]
+    rows = [_compiled_row(1024, 1.9, 2.3), _compiled_row(64, 2.4, 1.5)]
+    t = targets(updates, [], judged=True, cache_decode=rows)
+    assert t["compiled_decode_vs_ring"]["value"] == 2.4 and t["compiled_decode_vs_ring"]["met"] is True
+    assert t["compiled_outside_attention"]["value"] == 2.3 and t["compiled_outside_attention"]["met"] is True
+    swapped = [_compiled_row(64, 1.99, 2.5), _compiled_row(1024, 2.5, 1.99)]
+    missed = targets(updates, [], judged=True, cache_decode=swapped)
+    assert missed["compiled_decode_vs_ring"]["met"] is False and missed["compiled_outside_attention"]["met"] is False
+    none = targets(updates, [], judged=True, cache_decode=[])
+    assert none["compiled_decode_vs_ring"]["value"] is None and none["compiled_outside_attention"]["met"] is None
 
 
 def test_serving_targets_read_the_chat_and_budget_rows():
