@@ -144,6 +144,34 @@ def test_compiled_decode_equals_eager_and_never_recompiles():
             assert torch.equal(model.generate(ids(2, 4, 30), 12, compile=True), model.generate(ids(2, 4, 30), 12))
 
 
+@pytest.mark.slow
+def test_at_batch_one_inductor_generates_the_linears_and_the_step_still_equals_eager():
+    """Batch 1, the decode the bench and lesson 9 time: on a CPU ``CompiledRing`` has inductor's
+    ``decompose_mm_pass`` generate every one-row linear itself (a fused multiply-and-sum, no BLAS call).
+    With every compile cache off (so the graph is really lowered), the pass fires once per linear at
+    least (3 layers x 4 linears + the head), and the step still equals the eager ring within 1e-5 through
+    a prompt of W - 1 and 2W + 10 steps past it, one graph throughout."""
+    from torch._dynamo.utils import counters
+
+    model = make_model()
+    torch._dynamo.reset()
+    counters.clear()
+    with torch._inductor.config.patch(force_disable_caches=True), \
+            torch._dynamo.config.patch(error_on_recompile=True):
+        ring = model.compiled_ring(1)
+        prompt = ids(1, W - 1, 40)
+        eager, ours = model.new_caches("ring"), ring.new_caches()
+        want, got = model.step(prompt, eager)[:, -1:], model.step(prompt, ours)[:, -1:]
+        for s in range(3 * W + 10):
+            nxt = want.argmax(-1)
+            want, got = model.step(nxt, eager), ring.step(nxt, ours)
+            torch.testing.assert_close(got, want, rtol=0, atol=ATOL, msg=f"step {s} (position {W - 1 + s})")
+    linears = 4 * model.config.n_layers + 1
+    assert counters["inductor"]["decompose_mm"] >= linears, (
+        f"decompose_mm fired {counters['inductor']['decompose_mm']} times, expected one per linear ({linears}): "
+        "the compiled step calls BLAS for its one-row linears again")
+
+
 # ------------------------------------------------------------------ CUDA graphs
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs (mode='reduce-overhead') need a CUDA GPU")
