@@ -335,25 +335,35 @@ print("recompilations in 2 x 48 steps, through and past a window of 16: 0 (error
 # interleaved, one thread (the bench's `compiled` row does this at `W = 1024` on the Mistral-shaped decoder:
 # `python -m swkv_teach.bench`). On a CPU the gain is mostly the Python between ~60 small kernels, which the
 # compiled step (with inductor's C++ wrapper) no longer runs, and the linears: at decode each is one row times a
-# matrix, which the library has inductor generate as a fused multiply-and-sum (its `decompose_mm_pass`) rather than
-# call a BLAS routine for. What compiling leaves alone is the attention: the graph calls the same ATen attention
+# matrix, which `CompiledRing` asks inductor to generate as a fused multiply-and-sum (its `decompose_mm_pass`)
+# instead of calling BLAS. What compiling leaves alone is the attention: the graph calls the same ATen attention
 # kernel over the `W` slots as the eager ring, so the larger the window, the larger the share of the step that
-# compiling cannot shrink (the bench times that kernel alone and reports the step outside it). The numbers depend on
-# the machine and its load.
+# compiling cannot shrink (the bench times that kernel alone and reports the step outside it).
+#
+# And `torch.compile` has a cost of its own, paid in Python at every call: dynamo checks its guards (is this still
+# the same model, are the tensors still of the same shapes and dtypes?) and runs wrappers around the compiled code.
+# For a step this small that is a real share. `compile="aot"` compiles the same step **ahead of time**:
+# `torch.export` traces it once, AOTInductor builds a shared library, and each token is one call into it, with no
+# guards to check (`swkv_teach.ahead_of_time`). The price is the guards' job: the library knows nothing of what
+# changed, so the course checks the inputs itself and recompiles if a weight is replaced. It is how PyTorch deploys
+# a compiled model, and on a CPU the nearest thing to what a CUDA graph does on a GPU. The numbers depend on the
+# machine and its load.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-ring = tiny.compiled_ring(1)
-runs = {"eager ring": [], "compiled ring": []}
+rings = {"compiled ring": tiny.compiled_ring(1), "ahead of time": tiny.compiled_ring(1, "aot")}
+runs = {"eager ring": [], **{name: [] for name in rings}}
 with torch.no_grad():
-    for _ in range(5):
+    for _ in range(6):  # the first round compiles (the ahead-of-time build takes seconds) and is not counted
         for name in runs:
-            caches, step = (tiny.new_caches("ring"), tiny.step) if name == "eager ring" else (ring.new_caches(), ring.step)
+            ring = rings.get(name)
+            caches, step = (tiny.new_caches("ring"), tiny.step) if ring is None else (ring.new_caches(), ring.step)
             nxt = tiny.step(prompt, caches)[:, -1:].argmax(-1)
             start = time.perf_counter()
             for _ in range(64):
                 nxt = step(nxt, caches)[:, -1:].argmax(-1)
             runs[name].append(64 / (time.perf_counter() - start))
-eager_tps, compiled_tps = (statistics.median(v) for v in runs.values())
-print(f"eager ring {eager_tps:.0f} tokens/s, compiled ring {compiled_tps:.0f} tokens/s: "
-      f"{compiled_tps / eager_tps:.2f}x (medians of 5 interleaved runs)")
+eager_tps = statistics.median(runs["eager ring"][1:])
+for name in runs:
+    tps = statistics.median(runs[name][1:])
+    print(f"{name:<14} {tps:6.0f} tokens/s  {tps / eager_tps:.2f}x the eager ring (median of 5 interleaved runs)")

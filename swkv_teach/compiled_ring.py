@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from swkv_teach.ahead_of_time import AheadOfTime
 from swkv_teach.caches.ring import RingBufferKVCache, ring_slot_and_mask
 from swkv_teach.model import LayerCaches, _inv_freq, _rotary_with
 
@@ -60,11 +61,14 @@ class CompiledRing:
     and kept by :meth:`Decoder.compiled_ring` and reused by every sequence, as transformers' own
     ``generate`` reuses its static cache (so no new compilation per request).
 
-    ``mode``: torch.compile's (``"default"``, ``"reduce-overhead"`` = CUDA graphs on CUDA, ...);
-    ``"default"`` on a CPU also turns on inductor's C++ wrapper and its pass that generates one-row
-    matrix products itself (``options={"cpp_wrapper": True, "post_grad_fusion_options":
-    {"decompose_mm_pass": {}}}``), unless ``options`` says otherwise. Under CUDA graphs the logits returned are copied out of the
-    graph's output memory, which the next replay overwrites.
+    ``mode``: torch.compile's (``"default"``, ``"reduce-overhead"`` = CUDA graphs on CUDA, ...), or
+    ``"aot"``: the same step exported and compiled ahead of time by AOTInductor
+    (:class:`~swkv_teach.ahead_of_time.AheadOfTime`), which takes away torch.compile's Python per call
+    (its guards and wrappers, about 25 µs on a CPU). ``"default"`` and ``"aot"`` on a CPU also turn on
+    inductor's pass that generates one-row matrix products itself (``"post_grad_fusion_options":
+    {"decompose_mm_pass": {}}``; ``"default"`` adds ``"cpp_wrapper": True``), unless ``options`` says
+    otherwise. Under CUDA graphs the logits returned are copied out of the graph's output memory,
+    which the next replay overwrites.
 
     Every graph input is one of this object's tensors (the token is copied into ``self.ids``, the
     position written into ``self.position``) and the step always runs in inference mode, so neither a
@@ -97,12 +101,17 @@ class CompiledRing:
             # decompose_mm_pass: at decode with batch 1 every linear is one row times a matrix (memory-bound), and
             # inductor's post-grad pass rewrites an mm whose first dimension is 1 on a CPU into a multiply-and-sum
             # it generates and fuses with the norms and activations around it, instead of one BLAS call each
-            # (torch 2.13 torch/_inductor/fx_passes/decompose_mem_bound_mm.py, CPU thresholds lines 24-25, the
+            # (torch 2.13 torch/_inductor/fx_passes/decompose_mem_bound_mm.py, CPU thresholds lines 25-26, the
             # test lines 145-154; a larger batch keeps its BLAS calls). On the bench's decoder the step went from
-            # 9 BLAS calls (4 linears a layer, the head) to none, and from 1.77-1.83x to 1.89-1.98x the eager
+            # 9 BLAS calls (4 linears a layer, the head) to none, and from 1.75-1.83x to 1.89-1.98x the eager
             # ring at W = 1024 (2.0-2.1x to 2.3-2.4x at W = 64); what is left at W = 1024 is mostly the attention
             # kernel, the same ATen call in both (the bench reports the step outside it).
             options = {"cpp_wrapper": True, "post_grad_fusion_options": {"decompose_mm_pass": {}}}
+        if mode == "aot":
+            # the same function, exported and compiled ahead of time (swkv_teach.ahead_of_time): no dynamo per call
+            cpu = {"post_grad_fusion_options": {"decompose_mm_pass": {}}} if p.device.type == "cpu" else {}
+            self._step = AheadOfTime(_ring_decode, cpu if options is None else options)
+            return
         how = {"options": options} if options else {"mode": mode}  # torch.compile takes one or the other
         # dynamic=False: every CompiledRing compiles _ring_decode, and dynamo keeps one cache per code object, so a
         # second window (another ring shape) would otherwise be recompiled with symbolic shapes ("automatic dynamic")
@@ -114,7 +123,11 @@ class CompiledRing:
         """Empty ring caches, one per layer, over this object's buffers (zeroed: nothing of a past sequence).
 
         The buffers are shared, so the caches made before are finished: only the newest may :meth:`step`.
+        With ``mode="aot"``, a model whose parameters were replaced since the step was compiled (not
+        changed in place: that the library sees) gets its step compiled again at the next token.
         """
+        if isinstance(self._step, AheadOfTime) and not self._step.current(self.model):
+            self._step.reset()
         caches = []
         for k, v in zip(self.k, self.v):
             k.zero_()

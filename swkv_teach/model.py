@@ -43,7 +43,8 @@ they lie.
 Compiled decoding: :meth:`Decoder.compiled_ring` gives a
 :class:`~swkv_teach.compiled_ring.CompiledRing` (its own file), whose one-token
 step over fixed ring buffers ``torch.compile`` takes whole (``fullgraph=True``; position, slot and
-mask are tensors), and ``generate(..., compile=True)`` uses it after an eager prompt.
+mask are tensors), and ``generate(..., compile=True)`` uses it after an eager prompt
+(``compile="aot"``: the same step compiled ahead of time by AOTInductor, no dynamo per call).
 
 Serving: :meth:`Decoder.step_paged` runs one forward over many sequences, each
 at its own position (per-row RoPE angles), keys written into blocks of one pool
@@ -597,14 +598,18 @@ class Decoder(nn.Module):
         return self.lm_head(self.norm(x))  # (B, c, vocab)
 
     def compiled_ring(self, batch: int = 1, mode: str = "default") -> "CompiledRing":
-        """The :class:`CompiledRing` for ``batch`` rows and torch.compile ``mode``, made on first use and kept.
+        """The :class:`CompiledRing` for ``batch`` rows and ``mode``, made on first use and kept.
+
+        ``mode``: torch.compile's (``"default"``, ``"reduce-overhead"``, ...) or ``"aot"`` (the step
+        exported and compiled ahead of time by AOTInductor: :class:`~swkv_teach.ahead_of_time.AheadOfTime`).
 
         Kept per (batch, mode, dtype, device) so every later sequence reuses its buffers and its graph:
         no recompilation per call. Moving or casting the model afterwards makes a new one.
         """
         check_positive_int("batch", batch)
         if not isinstance(mode, str):
-            raise ValueError(f"mode must be a torch.compile mode string (e.g. 'default', 'reduce-overhead'); got {mode!r}")
+            raise ValueError(f"mode must be a torch.compile mode string (e.g. 'default', 'reduce-overhead') or 'aot'; "
+                             f"got {mode!r}")
         p = next(self.parameters())
         key = (batch, mode, p.dtype, p.device)
         rings = self.__dict__.setdefault("_compiled_rings", {})  # not a submodule, not in state_dict
@@ -656,7 +661,8 @@ class Decoder(nn.Module):
 
         ``compile``: with ``cache="ring"``, run the one-token steps through
         :meth:`compiled_ring` (``True`` = torch.compile's default mode, or a mode
-        string such as ``"reduce-overhead"`` for CUDA graphs); the prompt stays eager.
+        string such as ``"reduce-overhead"`` for CUDA graphs, or ``"aot"``: compiled
+        ahead of time by AOTInductor); the prompt stays eager.
         The first call compiles (seconds); later calls of the same batch size reuse the graph.
         """
         self._check_ids("prompt_ids", prompt_ids)
@@ -672,7 +678,7 @@ class Decoder(nn.Module):
 
         if compile is not False:
             if compile is not True and not isinstance(compile, str):
-                raise ValueError(f"compile must be False, True or a torch.compile mode string; got {compile!r}")
+                raise ValueError(f"compile must be False, True, a torch.compile mode string or 'aot'; got {compile!r}")
             if cache != "ring":
                 raise ValueError(f"compile needs cache='ring' (the one cache with a fixed-shape step); got {cache!r}")
             ring = self.compiled_ring(prompt_ids.shape[0], "default" if compile is True else compile)

@@ -84,7 +84,8 @@ def test_adopt_refuses_what_it_cannot_hold():
 
 @pytest.mark.parametrize("call, match", [
     (lambda m, x: m.generate(x, 3, cache="naive", compile=True), "compile needs cache='ring'"),
-    (lambda m, x: m.generate(x, 3, compile=1), "compile must be False, True or a torch.compile mode"),
+    (lambda m, x: m.generate(x, 3, compile=1), "compile must be False, True, a torch.compile mode string or 'aot'"),
+    (lambda m, x: m.compiled_ring(1, mode=None), "mode must be a torch.compile mode string .* or 'aot'"),
     (lambda m, x: m.compiled_ring(0), "batch"),
     (lambda m, x: m.compiled_ring(2).step(x[:, :1], m.new_caches()), "last new_caches"),
     (lambda m, x: m.compiled_ring(2).step(x[:, :1], m.compiled_ring(2).new_caches()), "caches are empty"),
@@ -106,6 +107,20 @@ def test_earlier_caches_over_the_same_buffers_are_refused():
     ring.new_caches()
     with pytest.raises(ValueError, match="last new_caches"):
         ring.step(ids(2, 1, 2), first)
+
+
+def steps_equal_eager(model, ring, prompt_len: int, steps: int, seed: int):
+    """A prompt (eager, into both), then ``steps`` one-token steps of ``ring`` beside the eager ring, each fed the
+    eager greedy token: logits within ``ATOL`` at every step. Returns (ring's caches, eager caches)."""
+    prompt = ids(ring.batch, prompt_len, seed)
+    eager, ours = model.new_caches("ring"), ring.new_caches()
+    want, got = model.step(prompt, eager)[:, -1:], model.step(prompt, ours)[:, -1:]
+    for s in range(steps):
+        nxt = want.argmax(-1)
+        want, got = model.step(nxt, eager), ring.step(nxt, ours)
+        torch.testing.assert_close(got, want, rtol=0, atol=ATOL,
+                                   msg=f"prompt {prompt_len}, step {s} (position {prompt_len + s})")
+    return ours, eager
 
 
 # ------------------------------------------------------------------ compiled == eager, one graph
@@ -150,7 +165,7 @@ def test_at_batch_one_inductor_generates_the_linears_and_the_step_still_equals_e
     ``decompose_mm_pass`` generate every one-row linear itself (a fused multiply-and-sum, no BLAS call).
     With every compile cache off (so the graph is really lowered), the pass fires once per linear at
     least (3 layers x 4 linears + the head), and the step still equals the eager ring within 1e-5 through
-    a prompt of W - 1 and 2W + 10 steps past it, one graph throughout."""
+    a prompt of W - 1 and 3W + 10 steps, one graph throughout."""
     from torch._dynamo.utils import counters
 
     model = make_model()
@@ -158,18 +173,36 @@ def test_at_batch_one_inductor_generates_the_linears_and_the_step_still_equals_e
     counters.clear()
     with torch._inductor.config.patch(force_disable_caches=True), \
             torch._dynamo.config.patch(error_on_recompile=True):
-        ring = model.compiled_ring(1)
-        prompt = ids(1, W - 1, 40)
-        eager, ours = model.new_caches("ring"), ring.new_caches()
-        want, got = model.step(prompt, eager)[:, -1:], model.step(prompt, ours)[:, -1:]
-        for s in range(3 * W + 10):
-            nxt = want.argmax(-1)
-            want, got = model.step(nxt, eager), ring.step(nxt, ours)
-            torch.testing.assert_close(got, want, rtol=0, atol=ATOL, msg=f"step {s} (position {W - 1 + s})")
+        steps_equal_eager(model, model.compiled_ring(1), W - 1, 3 * W + 10, seed=40)
     linears = 4 * model.config.n_layers + 1
     assert counters["inductor"]["decompose_mm"] >= linears, (
         f"decompose_mm fired {counters['inductor']['decompose_mm']} times, expected one per linear ({linears}): "
         "the compiled step calls BLAS for its one-row linears again")
+
+
+# ------------------------------------------------------------------ compiled ahead of time
+@pytest.mark.slow
+def test_the_step_compiled_ahead_of_time_equals_eager_and_is_compiled_once():
+    """``mode="aot"``: the same step exported and compiled by AOTInductor (no dynamo per call). Batch 1 (inductor
+    generates the linears). A prompt of W - 1, then 3W + 10 steps: logits within 1e-5 of the eager ring at every
+    step, the caches end as the eager ones do (the library wrote the ring's own buffers); ``generate(...,
+    compile="aot")`` gives eager's tokens for two prompts with one library; a parameter replaced between
+    sequences (not changed in place) gets the step compiled again, and its tokens follow the new weights."""
+    model = make_model()
+    ring = model.compiled_ring(1, "aot")
+    ours, eager = steps_equal_eager(model, ring, W - 1, 3 * W + 10, seed=50)
+    for a, b in zip(ours, eager):
+        assert a.seen == b.seen and torch.equal(a.stored_positions(), b.stored_positions())
+        torch.testing.assert_close(a.ordered()[0], b.ordered()[0], rtol=0, atol=ATOL)
+    library = ring._step._runner
+    for n, prompt_len in enumerate([W + 1, 3]):
+        prompt = ids(1, prompt_len, 60 + n)
+        assert torch.equal(model.generate(prompt, 30, compile="aot"), model.generate(prompt, 30)), prompt_len
+    assert model.compiled_ring(1, "aot") is ring and ring._step._runner is library, "compiled again"
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().flip(0))
+    prompt = ids(1, W, 70)
+    assert torch.equal(model.generate(prompt, 30, compile="aot"), model.generate(prompt, 30)), "stale weights"
+    assert ring._step._runner is not library, "the replaced parameter did not get the step compiled again"
 
 
 # ------------------------------------------------------------------ CUDA graphs

@@ -43,7 +43,8 @@ judged in every run.
   samples}, ``ratio_to_hf``, ``ratio_to_naive``, ``same_tokens`` (greedy tokens equal Hugging Face's)
   and, on CUDA, ``memory`` {steps, tokens_per_s, allocated {first, last, min, max}, flat, same_tokens};
 * ``cache_decode``: a row per (window, cache) with ``tokens_per_s``, ``ratio_to_ring``, ``same_tokens_as_ring``,
-  ``warmup_s``; cache ``"compiled"`` is the ring's step under torch.compile (``--quick``: its largest window only);
+  ``warmup_s``; caches ``"compiled"`` and ``"aot"`` are the ring's step under torch.compile and compiled ahead of
+  time by AOTInductor, with ``attention_us`` and ``ratio_outside_attention`` (``--quick``: its largest window only);
 * ``serving``: ``one_by_one``, ``rows`` per concurrency (``tokens_per_s``, ``ratio_to_one_by_one``, ``steps``,
   ``same_as_solo``, ``peak_used_blocks``), ``trace`` (per step: blocks used, running, waiting), ``config``;
 * ``targets``: per target, ``value``, ``target``, ``met`` (None when not measured or not judged),
