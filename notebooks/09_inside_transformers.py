@@ -345,9 +345,9 @@ print("recompilations in 2 x 48 steps, through and past a window of 16: 0 (error
 # For a step this small that is a real share. `compile="aot"` compiles the same step **ahead of time**:
 # `torch.export` traces it once, AOTInductor builds a shared library, and each token is one call into it, with no
 # guards to check (`swkv_teach.ahead_of_time`). The price is the guards' job: the library knows nothing of what
-# changed, so the course checks the inputs itself and recompiles if a weight is replaced. It is how PyTorch deploys
-# a compiled model, and on a CPU the nearest thing to what a CUDA graph does on a GPU. The numbers depend on the
-# machine and its load.
+# changed, so the course checks the inputs itself and, if a weight was replaced, compiles again for the next
+# sequence. It is how PyTorch deploys a compiled model, and on a CPU the nearest thing to what a CUDA graph does on a
+# GPU. The numbers depend on the machine and its load.
 
 # %%
 # NBVAL_IGNORE_OUTPUT

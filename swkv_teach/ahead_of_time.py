@@ -48,30 +48,39 @@ class AheadOfTime:
     - **Shapes**: the first call's inputs are the export's examples; every later call must pass tensors
       of the same shapes, strides, dtypes and devices. The library itself does not check (it reads
       whatever memory it is given), so this object does, whenever the inputs are not the very tensors
-      of the call before (the steady state of a decode loop, which then costs nothing to check).
+      of the call before (the steady state of a decode loop, which then costs nothing to check; a tensor
+      changed in place by ``resize_`` or ``set_`` is not noticed there).
       Inputs are tensors or lists of tensors (flattened as export flattens them).
     - **In-place writes**: a tensor input that ``fn`` writes in place (a ring buffer's ``index_copy_``)
       is written in place by the library too: export records it as a mutated input.
     - **Weights**: the library reads the module's own parameter and buffer tensors, not copies
       (``load_constants(..., user_managed=True)``): weights changed in place (``load_state_dict``,
-      an optimiser step) are seen at the next call. A parameter *replaced* by another tensor is not:
-      :meth:`current` says whether the module still holds the tensors the library reads, and
-      :meth:`reset` drops the library (the next call compiles again).
+      an optimiser step) are seen at the next call. A parameter *replaced* by another tensor, or its
+      ``.data`` swapped, is not: :meth:`current` says whether the module still holds the memory the
+      library reads, and :meth:`reset` drops the library (the next call compiles again). This object
+      keeps that memory alive (aliases of the tensors), so a stale library reads old weights, never
+      freed memory. It serves the one module it was compiled for; another is refused.
+    - **Per call**: no dynamo, no guards; ``AOTICompiledModel.__call__`` still flattens the inputs in
+      Python before the library runs (a few microseconds).
     - ``options``: inductor configuration for the compile (``inductor_configs``), e.g. passes to turn on.
 
-    Compiling takes tens of seconds on a CPU (a C++ build of the whole step); the package is written
-    to a temporary folder and removed once loaded.
+    Compiling takes seconds (about 10 to 20 on a 2-core CPU: a C++ build of the whole step); the package
+    is written to a temporary folder and removed once loaded.
     """
 
     def __init__(self, fn: Callable, options: dict | None = None):
         self.fn, self.options = fn, dict(options or {})
         self._runner = None
-        self._weights: dict[str, torch.Tensor] = {}
+        self._module: nn.Module | None = None  # the module it was compiled for
+        self._weights: dict[str, torch.Tensor] = {}  # per constant name, an alias of the tensor the library reads
         self._kinds: list[tuple] = []  # per flattened input: (shape, strides, dtype, device) it was compiled for
         self._checked: list[torch.Tensor] = []  # the inputs of the last call that passed the check
 
     def __call__(self, module: nn.Module, *inputs):
         flat = _flatten(inputs)
+        if self._runner is not None and module is not self._module:
+            raise ValueError(f"module must be the {type(self._module).__name__} this step was compiled for (its "
+                             f"weights are the library's); got another {type(module).__name__}: reset() first")
         if self._runner is None:
             self._compile(module, inputs)
             self._kinds, self._checked = [_kind(t) for t in flat], flat
@@ -98,15 +107,18 @@ class AheadOfTime:
         return self._runner is not None
 
     def current(self, module: nn.Module) -> bool:
-        """Whether ``module`` still holds, under every name, the very tensors the library reads."""
+        """Whether ``module`` is the one compiled for and still holds, under every name, the memory the library
+        reads: a parameter replaced, or its ``.data`` swapped (``.double()`` then ``.float()`` does that), is not."""
         if self._runner is None:
             return True
+        if module is not self._module:
+            return False
         held = _constants(module)
-        return all(held.get(name) is t for name, t in self._weights.items())
+        return all(name in held and _same_memory(held[name], t) for name, t in self._weights.items())
 
     def reset(self) -> None:
         """Forget the library: the next call exports and compiles again."""
-        self._runner, self._weights, self._kinds, self._checked = None, {}, [], []
+        self._runner, self._module, self._weights, self._kinds, self._checked = None, None, {}, [], []
 
     def _compile(self, module: nn.Module, inputs: tuple) -> None:
         bound = _Bound(self.fn, module)
@@ -122,13 +134,19 @@ class AheadOfTime:
                 runner = torch._inductor.aoti_load_package(path)
         # the module's own tensors as the library's constants, not the copies packed at compile time
         weights = _constants(module)
+        missing = [name for name in runner.get_constant_fqns() if name not in weights]
+        if missing:
+            raise ValueError(f"the exported step reads constants the module does not name: {missing[:5]}")
         wanted = {name: weights[name] for name in runner.get_constant_fqns()}
         try:
             runner.load_constants(wanted, check_full_update=True, user_managed=True)
         except TypeError as e:  # an older AOTICompiledModel.load_constants, without user_managed
             raise RuntimeError(f"compiling ahead of time needs load_constants(..., user_managed=True) (torch 2.13 has "
                                f"it), which torch {torch.__version__} lacks: {e}") from e
-        self._runner, self._weights = runner, wanted
+        # aliases, not the parameters: they keep the very storage the library reads alive even if the module lets
+        # go of it (a replaced parameter, a .data swap), so the worst a stale library can do is read old weights
+        self._runner, self._module = runner, module
+        self._weights = {name: t.detach() for name, t in wanted.items()}
 
 
 def _flatten(inputs) -> list:
@@ -147,5 +165,12 @@ def _kind(t: torch.Tensor) -> tuple:
 
 
 def _constants(module: nn.Module) -> dict[str, torch.Tensor]:
-    """The module's parameters and buffers under the names the exported ``_Bound`` gives them (``m.<name>``)."""
-    return {f"m.{name}": t for name, t in (*module.named_parameters(), *module.named_buffers())}
+    """The module's parameters and buffers under the names the exported ``_Bound`` gives them (``m.<name>``),
+    every name of a tied weight included (export may use either)."""
+    named = (*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False))
+    return {f"m.{name}": t for name, t in named}
+
+
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.data_ptr() == b.data_ptr() and a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
+            and a.device == b.device)

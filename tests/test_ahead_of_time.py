@@ -96,3 +96,28 @@ def test_it_reads_the_modules_own_weights_and_knows_when_they_were_replaced(comp
     with torch.inference_mode():
         torch.testing.assert_close(aot(module, x, bufs), module(x), rtol=0, atol=1e-6)
     assert aot.compiled and aot.current(module)
+
+
+@pytest.mark.slow
+def test_a_swapped_data_or_another_module_is_noticed_and_never_read_freed(compiled):
+    """``.data`` swapped (what ``.double()`` then ``.float()`` does) keeps the Parameter object but moves its
+    memory: ``current`` says so; the old memory stays alive (the library would read old weights, not freed
+    memory). Another module is refused outright, the object left as it was."""
+    module, aot, x, bufs = compiled
+    with torch.inference_mode():
+        aot(module, x, bufs)  # compiled for these weights (a fresh library if an earlier test reset it)
+    assert aot.current(module)
+    other = nn.Sequential(nn.Linear(4, 8), nn.SiLU(), nn.Linear(8, 3)).eval()
+    with torch.inference_mode(), pytest.raises(ValueError, match="module must be the Sequential this step was "
+                                                                  "compiled for .* got another Sequential"):
+        aot(other, x, bufs)
+    assert not aot.current(other) and aot.current(module)
+    param = module[0].weight
+    module.double()
+    module.float()
+    assert module[0].weight is param, "the round trip keeps the Parameter object (the case an `is` test misses)"
+    assert not aot.current(module), "the swapped memory was not noticed"
+    aot.reset()
+    with torch.inference_mode():
+        torch.testing.assert_close(aot(module, x, bufs), module(x), rtol=0, atol=1e-6)
+    assert aot.current(module)

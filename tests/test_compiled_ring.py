@@ -205,6 +205,20 @@ def test_the_step_compiled_ahead_of_time_equals_eager_and_is_compiled_once():
     assert ring._step._runner is not library, "the replaced parameter did not get the step compiled again"
 
 
+@pytest.mark.slow
+def test_ahead_of_time_with_tied_embeddings_and_after_a_dtype_round_trip():
+    """A model whose head shares the embedding (one tensor under two names), then ``.double()`` and ``.float()``
+    (the same Parameter objects, new memory): the next sequence compiles again and decodes eager's tokens."""
+    model = make_model(tie_embeddings=True)
+    prompt = ids(1, W + 2, 80)
+    assert torch.equal(model.generate(prompt, 20, compile="aot"), model.generate(prompt, 20))
+    library = model.compiled_ring(1, "aot")._step._runner
+    model.double()
+    model.float()
+    assert torch.equal(model.generate(prompt, 20, compile="aot"), model.generate(prompt, 20)), "stale memory read"
+    assert model.compiled_ring(1, "aot")._step._runner is not library
+
+
 # ------------------------------------------------------------------ CUDA graphs
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs (mode='reduce-overhead') need a CUDA GPU")
@@ -224,3 +238,14 @@ def test_cuda_graphs_decode_equals_eager_and_never_recompiles():
             torch.testing.assert_close(got, want, rtol=0, atol=ATOL, msg=f"step {s}")
         prompt = ids(2, 5, 4, "cuda")
         assert torch.equal(model.generate(prompt, 50, compile="reduce-overhead"), model.generate(prompt, 50))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiling ahead of time for a GPU needs a CUDA GPU")
+def test_ahead_of_time_on_cuda_decodes_eagers_tokens():
+    """``compile="aot"`` on CUDA: AOTInductor builds the step for the GPU; greedy tokens equal eager's, past the
+    window, for two prompts with one library."""
+    model = make_model("cuda")
+    for n, prompt_len in enumerate([W + 1, 3]):
+        prompt = ids(2, prompt_len, 90 + n, "cuda")
+        assert torch.equal(model.generate(prompt, 40, compile="aot"), model.generate(prompt, 40)), prompt_len

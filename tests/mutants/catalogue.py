@@ -700,6 +700,10 @@ MUTANTS += [
            COMPILED_RING),
     Mutant("compiled-ring-stale-token", "swkv_teach/compiled_ring.py", "        self.ids.copy_(input_ids)\n", "",
            "the compiled step reads the token of the call before (its input buffer never refreshed)", COMPILED_RING),
+    Mutant("compiled-ring-blas-linears", "swkv_teach/compiled_ring.py",
+           '            options = {"cpp_wrapper": True, "post_grad_fusion_options": {"decompose_mm_pass": {}}}',
+           '            options = {"cpp_wrapper": True}',
+           "the compiled step on a CPU calls BLAS for its one-row linears again (the mm pass is off)", COMPILED_RING),
     Mutant("hfc-ring-slot-off-by-one", "swkv_teach/hf_cache.py", "slot = (self.cumulative_length % W).view(1)",
            "slot = ((self.cumulative_length + 1) % W).view(1)",
            "the compileable layer overwrites a key still in the window", HF_COMPILEABLE),
@@ -710,6 +714,31 @@ MUTANTS += [
            "self.keys.copy_(full_k[:, :, -W:])",
            "after a chunk the keys are stored in position order, not at p % W: later one-token writes hit the "
            "wrong slot", HF_COMPILEABLE),
+]
+
+# The step compiled ahead of time (swkv_teach/ahead_of_time.py, issue 29): what the library cannot check itself
+AOT = ["tests/test_ahead_of_time.py"]
+_AOT = "swkv_teach/ahead_of_time.py"
+MUTANTS += [
+    Mutant("aot-inputs-unchecked", _AOT, "            self._check(flat)  # new tensors",
+           "            pass  # new tensors",
+           "inputs of another shape, stride, dtype or count reach the library, which reads whatever memory it is "
+           "given", AOT),
+    Mutant("aot-weights-copied", _AOT, "runner.load_constants(wanted, check_full_update=True, user_managed=True)",
+           "runner.load_constants(wanted, check_full_update=True, user_managed=False)",
+           "the library reads copies of the weights: a change made in place (load_state_dict) is never seen", AOT),
+    Mutant("aot-replaced-weight-unnoticed", _AOT,
+           "        return all(name in held and _same_memory(held[name], t) for name, t in self._weights.items())",
+           "        return True",
+           "a parameter replaced by a new tensor goes unnoticed: the library keeps reading the old one", AOT),
+    Mutant("aot-data-swap-unnoticed", _AOT, "    return (a.data_ptr() == b.data_ptr() and a.dtype == b.dtype",
+           "    return (a.dtype == b.dtype",
+           "a .data swap (a dtype round trip) keeps the Parameter but moves its memory, and goes unnoticed", AOT),
+    Mutant("aot-another-module-accepted", _AOT, "        if self._runner is not None and module is not self._module:",
+           "        if False:", "another module is run with the first one's weights, silently", AOT),
+    Mutant("bench-aot-target-smallest-window", "swkv_teach/bench/report.py",
+           'largest = {kind: max((r for r in cache_decode', 'largest = {kind: min((r for r in cache_decode',
+           "the compiled targets read the smallest window, where the attention is a small share", BENCH),
 ]
 
 # ------------------------------------------------------------- helper `kernel`: swkv_teach/kernels (lesson 11)
