@@ -22,6 +22,7 @@ CompiledRing` passes only its own tensors).
 from __future__ import annotations
 
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -126,7 +127,9 @@ class AheadOfTime:
         if not hasattr(torch._inductor, "aoti_compile_and_package"):
             raise RuntimeError(f"compiling ahead of time needs torch._inductor.aoti_compile_and_package (AOTInductor "
                                f"packaging; torch 2.13 has it), which torch {torch.__version__} lacks")
-        with torch.inference_mode(False), torch.no_grad():
+        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+            # torch's own deprecation inside its packaging (a pickled LeafSpec, torch 2.13): nothing a caller can act on
+            warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
             program = torch.export.export(bound, tuple(inputs), strict=False)
             with tempfile.TemporaryDirectory(prefix="swkv_aot_") as folder:
                 path = torch._inductor.aoti_compile_and_package(
