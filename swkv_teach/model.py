@@ -607,9 +607,11 @@ class Decoder(nn.Module):
         no recompilation per call. Moving or casting the model afterwards makes a new one.
         """
         check_positive_int("batch", batch)
-        if not isinstance(mode, str):
-            raise ValueError(f"mode must be a torch.compile mode string (e.g. 'default', 'reduce-overhead') or 'aot'; "
-                             f"got {mode!r}")
+        from torch._inductor import list_mode_options  # imported here: inductor is heavy and only compiling needs it
+
+        modes = ["aot", *list_mode_options()]  # torch.compile's modes, as the torch installed names them
+        if not isinstance(mode, str) or mode not in modes:
+            raise ValueError(f"mode must be a torch.compile mode string or 'aot' (one of {modes}); got {mode!r}")
         p = next(self.parameters())
         key = (batch, mode, p.dtype, p.device)
         rings = self.__dict__.setdefault("_compiled_rings", {})  # not a submodule, not in state_dict

@@ -85,7 +85,8 @@ def test_adopt_refuses_what_it_cannot_hold():
 @pytest.mark.parametrize("call, match", [
     (lambda m, x: m.generate(x, 3, cache="naive", compile=True), "compile needs cache='ring'"),
     (lambda m, x: m.generate(x, 3, compile=1), "compile must be False, True, a torch.compile mode string or 'aot'"),
-    (lambda m, x: m.compiled_ring(1, mode=None), "mode must be a torch.compile mode string .* or 'aot'"),
+    (lambda m, x: m.compiled_ring(1, mode=None), r"mode must be a torch.compile mode string or 'aot' .* got None"),
+    (lambda m, x: m.generate(x, 3, compile="AOT"), r"mode must be .*'aot'.*'reduce-overhead'.* got 'AOT'"),
     (lambda m, x: m.compiled_ring(0), "batch"),
     (lambda m, x: m.compiled_ring(2).step(x[:, :1], m.new_caches()), "last new_caches"),
     (lambda m, x: m.compiled_ring(2).step(x[:, :1], m.compiled_ring(2).new_caches()), "caches are empty"),
