@@ -22,6 +22,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from swkv_teach.attention import paged_attention
+from swkv_teach.grading.split_kv import dense_reference
 from swkv_teach.kernels import available, interpreted, paged_decode
 
 if not available():
@@ -62,18 +63,6 @@ def poisoned(seqlens, W, bs, Hk, D, dtype, seed, device="cpu"):
     return k_cache, v_cache, table.to(device), dense_k, dense_v
 
 
-def reference(q, seqlens, W, dense_k, dense_v, bs):
-    """paged_attention over a clean pool of its own: row b in blocks b * width .. b * width + width - 1."""
-    width = max(-(-n // bs) for n in seqlens)
-    Hk, D = dense_k[0].shape[1:]
-    k = torch.zeros(len(seqlens), width * bs, Hk, D, dtype=dense_k[0].dtype)
-    v = torch.zeros_like(k)
-    for b, n in enumerate(seqlens):
-        k[b, :n], v[b, :n] = dense_k[b], dense_v[b]
-    table = torch.arange(len(seqlens) * width).view(len(seqlens), width)
-    return paged_attention(q, k.view(-1, bs, Hk, D), v.view(-1, bs, Hk, D), torch.tensor(seqlens), table, W)
-
-
 def check_case(seqlens, W, bs, heads, D, dtype, num_splits, seed, device="cpu"):
     H, Hk = HEADS[heads]
     k_cache, v_cache, table, dense_k, dense_v = poisoned(seqlens, W, bs, Hk, D, dtype, seed, device)
@@ -81,7 +70,7 @@ def check_case(seqlens, W, bs, heads, D, dtype, num_splits, seed, device="cpu"):
     got = paged_decode(q, k_cache, v_cache, torch.tensor(seqlens, device=device), table, W, num_splits=num_splits)
     assert got.shape == q.shape and got.dtype == dtype and got.device == q.device
     assert torch.isfinite(got).all(), "the kernel read a poisoned (NaN) slot or block"
-    want = reference(q.cpu(), seqlens, W, dense_k, dense_v, bs)
+    want = dense_reference(q.cpu(), dense_k, dense_v, W, bs)
     err = (got.cpu().float() - want.float()).abs().max().item()
     assert err <= TOL[dtype], (seqlens, W, bs, heads, D, dtype, num_splits, err)
     return err

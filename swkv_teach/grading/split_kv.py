@@ -107,8 +107,10 @@ def _pool(dense_k, dense_v, W, bs, poison: bool, seed: int):
     return k_cache.to(dtype), v_cache.to(dtype), table
 
 
-def _reference(q, dense_k, dense_v, W, bs=16, kv_head=None):
-    """paged_attention over a clean pool of its own; ``kv_head``: a wrong head mapping, to name it."""
+def dense_reference(q, dense_k, dense_v, W, bs=16, kv_head=None):
+    """paged_attention over a clean pool of its own: row b's keys ``dense_k[b]`` ``(n_b, Hk, D)`` in blocks
+    ``b * width ...`` of ``bs`` slots (also the kernel tests' expectation); ``kv_head``: a wrong head mapping, to
+    name it."""
     seqlens = [k.shape[0] for k in dense_k]
     width = max(-(-n // bs) for n in seqlens)
     Hk, D = dense_k[0].shape[1:]
@@ -150,7 +152,7 @@ class _Case:
                 f"num_splits={self.splits}")
 
     def expected(self, W="same", kv_head=None):
-        return _reference(self.q, self.dense_k, self.dense_v, self.W if W == "same" else W, self.bs, kv_head)
+        return dense_reference(self.q, self.dense_k, self.dense_v, self.W if W == "same" else W, self.bs, kv_head)
 
     def one_past(self):
         """The output of a kernel that reads keys lo..hi, hi included: the pool's slot at position hi =
@@ -164,7 +166,7 @@ class _Case:
                 blk, slot = int(table[b, n // self.bs]), n % self.bs
                 k, v = torch.cat([k, k_cache[blk, slot][None]]), torch.cat([v, v_cache[blk, slot][None]])
                 W = None if W is None else W + 1  # the same oldest key, one more at the end
-            outs.append(_reference(self.q[b : b + 1], [k], [v], W, self.bs))
+            outs.append(dense_reference(self.q[b : b + 1], [k], [v], W, self.bs))
         return torch.cat(outs)
 
     def run(self, attend, merge, device):

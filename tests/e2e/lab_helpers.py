@@ -39,6 +39,25 @@ def skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+@contextmanager
+def launched_chromium(artifacts: Path):
+    """Headless Chromium through playwright, closed afterwards; ``artifacts`` made for screenshots. Skips (or
+    fails, under SWKV_REQUIRE_E2E=1) when Chromium or playwright is missing."""
+    if not os.path.exists(CHROMIUM):
+        skip_or_fail(f"{CHROMIUM} is missing (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        skip_or_fail("the playwright package is not installed (pip install -e '.[test]')")
+    artifacts.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_helpers import (CHROMIUM, CHROMIUM_ARGS, classic_notebook, classic_python, copy_notebook, jupyter_lab,
+from lab_helpers import (classic_notebook, classic_python, copy_notebook, jupyter_lab, launched_chromium,
                          skip_or_fail)
 
 pytestmark = pytest.mark.e2e
@@ -156,19 +156,8 @@ def drive_explorer(page, url: str, frontend: dict, name: str) -> None:
 
 @pytest.fixture
 def chromium():
-    if not os.path.exists(CHROMIUM):
-        skip_or_fail(f"{CHROMIUM} is missing (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        skip_or_fail("the playwright package is not installed (pip install -e '.[test]')")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    with launched_chromium(ARTIFACTS) as browser:
+        yield browser
 
 
 def test_lesson_2_explorer_renders_and_redraws_in_jupyterlab(tmp_path, chromium):
