@@ -193,7 +193,7 @@ def classroom(tmp_path_factory):
         for name, nb in files.items():
             nbformat.write(nb, subs / student / name)
     out = tmp_path_factory.mktemp("class-out")
-    rc = main([str(subs), "--out", str(out), "--timeout", "20", "--jobs", "2", "--memory", "2G",
+    rc = main([str(subs), "--out", str(out), "--timeout", "20", "--jobs", "2", "--memory", "512M",
                "--released", str(ROOT / "exercises")])
     assert rc == 0
     students = {r["student"]: r for r in csv.DictReader((out / "students.csv").open())}
@@ -230,7 +230,7 @@ def test_an_edited_check_cell_is_flagged_but_the_official_check_decides(classroo
 def test_a_notebook_allocating_without_end_hits_the_memory_cap_alone(classroom):
     students, book = classroom
     assert book["dave"]["status"] == "memory limit", book["dave"]
-    assert "2 GiB" in book["dave"]["reason"]
+    assert "512 MiB of memory for the notebook's own code" in book["dave"]["reason"], book["dave"]
     assert "memory limit" in students["dave"]["statuses"]
     assert students["alice"]["total"] == "5", "the others are graded as usual"
 
@@ -325,3 +325,20 @@ def test_grading_kernels_talk_over_ipc_and_print_no_tcp_warning(tmp_path, capfd)
     feedback = next((out / "feedback").glob("*.txt")).read_text()
     for text in (printed.out, printed.err, feedback):
         assert "without encryption" not in text, text[-1500:]
+
+
+def test_a_kernel_that_cannot_load_torch_is_the_graders_error_not_the_students(tmp_path, monkeypatch):
+    """Issue 35: under a 2 GiB cap a CUDA build's `import torch` failed ("failed to map segment from shared
+    object") and right answers scored 0 as "failed". Whatever stops the kernel loading torch before the
+    notebook runs is now the grader's own error, said as such, and no cell of the notebook is charged."""
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "torch.py").write_text("raise ImportError('libtorch_cpu.so: failed to map segment from shared object')\n")
+    monkeypatch.setenv("PYTHONPATH", f"{fake}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    nbformat.write(spliced(MASK), tmp_path / MASK)
+    out = tmp_path / "out"
+    assert main([str(tmp_path / MASK), "--out", str(out), "--timeout", "60", "--memory", "512M"]) == 0
+    row = next(csv.DictReader((out / "gradebook.csv").open()))
+    assert row["status"] == "grader error", row
+    assert "could not load torch and the checks" in row["reason"] and "failed to map segment" in row["reason"], row
+    assert "grader's Python environment" in row["reason"], row

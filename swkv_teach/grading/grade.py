@@ -117,6 +117,30 @@ def _kernel_process(client):
     return getattr(provisioner, "process", None)
 
 
+def _preload(client, nb, ids: list[str], timeout: float) -> str | None:
+    """Load torch and the checks in the kernel before it is capped (:func:`.limits.preload`); None, or what failed.
+
+    Run as a cell at index 0 that is taken out again, so the notebook's own cells keep their numbers and
+    the student's namespace gets no name from it. Its time limit is the larger of ``timeout`` and 300 s:
+    importing transformers or Triton on a slow machine is not the student's time.
+    """
+    import nbformat
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    cell = nbformat.v4.new_code_cell(f"__import__('swkv_teach.grading.limits', fromlist=['preload']).preload({ids!r})")
+    nb.cells.insert(0, cell)
+    saved, client.timeout = client.timeout, max(timeout, 300)
+    try:
+        client.execute_cell(cell, 0)
+    except (CellTimeoutError, DeadKernelError) as e:
+        return f"{type(e).__name__}: {_first_line(str(e))}"
+    finally:
+        client.timeout = saved
+        nb.cells.pop(0)
+    error = _error_text(cell)
+    return _first_line(error) if error else None
+
+
 def _grade(path: Path, timeout: float, row: dict, limits: Limits) -> dict:
     import nbformat
     from nbclient import NotebookClient
@@ -162,14 +186,20 @@ def _grade(path: Path, timeout: float, row: dict, limits: Limits) -> dict:
         if (execute_reply or {}).get("content", {}).get("ename") == CHECK_TIMEOUT_ENAME:
             timed_out.add(cell_index)
 
-    client.on_cell_executed = note_timeout
     died_at, death, uncapped = None, None, None
     with sockets, tempfile.TemporaryDirectory(prefix="swkv-grade-") as scratch:
         client.resources = {"metadata": {"path": scratch}}
         try:
             with client.setup_kernel():
                 process = _kernel_process(client)
+                failed = _preload(client, nb, ids, timeout)
+                if failed:
+                    row["status"] = "grader error"
+                    row["reason"] = clip(f"the grading kernel could not load torch and the checks ({failed}), so no "
+                                         "cell of the notebook ran: fix the grader's Python environment", 300)
+                    return row
                 uncapped = limits.apply(process.pid) if process else "no local kernel process to cap"
+                client.on_cell_executed = note_timeout
                 for index, cell in enumerate(nb.cells):
                     if cell.cell_type != "code":
                         continue

@@ -9,9 +9,11 @@ Two pieces, shared by the routes that run student code:
   times. Over IPC nothing listens on a port and nothing is printed. Windows has no IPC transport
   in jupyter_client, so there the settings are empty and kernels use TCP as before.
 - ``python -m swkv_teach.grading.kernel --memory 4G --cpu 600 -f CONNECTION_FILE``: a kernel
-  launcher for a kernelspec (``kernel.json``'s ``argv``). It caps its own process with
-  :class:`~swkv_teach.grading.limits.Limits` (the caps ``swkv-teach grade`` sets), then replaces
-  itself with ipykernel; limits survive ``exec``, so the kernel runs capped before its first cell.
+  launcher for a kernelspec (``kernel.json``'s ``argv``). It loads torch and every exercise's checks
+  (:func:`~swkv_teach.grading.limits.preload`), caps its own process with
+  :class:`~swkv_teach.grading.limits.Limits` (the caps ``swkv-teach grade`` sets: ``--memory`` is the
+  room left for the notebook's code), then runs ipykernel in the same process, so the kernel runs capped
+  before its first cell and the student's ``import torch`` is already paid for.
   The nbgrader export uses it (nbgrader starts its kernels itself; see :mod:`.export_nbgrader`).
 """
 
@@ -56,22 +58,30 @@ def write_kernelspec(parent: Path, memory: str | None, cpu: float | None, displa
 
 
 def main(argv: list[str] | None = None) -> int:
-    from swkv_teach.grading.limits import Limits
+    from swkv_teach.grading.limits import Limits, preload
 
     ap = argparse.ArgumentParser(prog="python -m swkv_teach.grading.kernel",
                                  description="Start an IPython kernel with memory and CPU caps (a kernelspec's argv).")
-    ap.add_argument("--memory", default="4G", help="address-space cap, e.g. 2G; none: no cap")
+    ap.add_argument("--memory", default="4G", help="room for the notebook's code (address space), e.g. 2G; none: no cap")
     ap.add_argument("--cpu", default="600", help="CPU seconds; none: no cap")
     args, kernel_args = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
     none = ("", "none", "0")
     limits = Limits(None if args.memory.lower() in none else args.memory,
                     None if args.cpu.lower() in none else float(args.cpu))
+    from swkv_teach.grading import EXERCISES
+
+    try:
+        preload(sorted(EXERCISES))
+    except Exception as e:  # the grader's environment, not the student: say so in the kernel's log, cap anyway
+        print(f"swkv-teach kernel: could not load torch and the checks ({type(e).__name__}: {e})", file=sys.stderr)
     note = limits.apply(os.getpid())
     if note:
         print(f"swkv-teach kernel: {note}", file=sys.stderr)
-    command = [sys.executable, "-m", "ipykernel_launcher", *kernel_args]
-    os.execv(sys.executable, command)  # same process: the limits stay, and so does the pid the manager watches
-    return 1  # not reached
+    # What ipykernel_launcher does, in this process: the modules loaded above and the limits stay.
+    from ipykernel import kernelapp
+
+    kernelapp.launch_new_instance(argv=kernel_args)
+    return 0
 
 
 if __name__ == "__main__":
