@@ -29,6 +29,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from swkv_teach._quiet import import_cpp_extension_quietly
+
 __all__ = ["AheadOfTime"]
 
 
@@ -127,6 +129,7 @@ class AheadOfTime:
         if not hasattr(torch._inductor, "aoti_compile_and_package"):
             raise RuntimeError(f"compiling ahead of time needs torch._inductor.aoti_compile_and_package (AOTInductor "
                                f"packaging; torch 2.13 has it), which torch {torch.__version__} lacks")
+        import_cpp_extension_quietly()  # inductor's C++ toolchain, without a CUDA build's stray warning
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
             # torch's own deprecation inside its packaging (a pickled LeafSpec, torch 2.13): nothing a caller can act on
             warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from swkv_teach._quiet import import_cpp_extension_quietly
 from swkv_teach.ahead_of_time import AheadOfTime
 from swkv_teach.caches.ring import RingBufferKVCache, ring_slot_and_mask
 from swkv_teach.model import LayerCaches, _inv_freq, _rotary_with
@@ -112,6 +113,7 @@ class CompiledRing:
             cpu = {"post_grad_fusion_options": {"decompose_mm_pass": {}}} if p.device.type == "cpu" else {}
             self._step = AheadOfTime(_ring_decode, cpu if options is None else options)
             return
+        import_cpp_extension_quietly()  # inductor's C++ toolchain, without a CUDA build's stray warning
         how = {"options": options} if options else {"mode": mode}  # torch.compile takes one or the other
         # dynamic=False: every CompiledRing compiles _ring_decode, and dynamo keeps one cache per code object, so a
         # second window (another ring shape) would otherwise be recompiled with symbolic shapes ("automatic dynamic")
