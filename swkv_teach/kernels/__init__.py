@@ -21,7 +21,7 @@ import os
 
 import torch
 
-__all__ = ["INSTALL_HINT", "available", "interpreted", "paged_decode"]
+__all__ = ["INSTALL_HINT", "available", "interpreted", "interpreter_problem", "paged_decode"]
 
 INSTALL_HINT = ("paged_decode needs Triton (Linux): pip install 'swkv-teach[test]', or pip install triton "
                 "(Colab's GPU runtime ships it already)")
@@ -47,6 +47,31 @@ def available() -> bool:
         return False
 
 
+def _version(text: str) -> tuple[int, int]:
+    major, minor = (text.split("+")[0].split(".") + ["0"])[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+def interpreter_problem() -> str | None:
+    """Why Triton's interpreter cannot run the kernels with the Triton and NumPy installed, or None.
+
+    Triton before 3.8 turns one-element arrays into Python scalars in its interpreter (triton 3.6
+    ``runtime/interpreter.py`` line 888), which NumPy deprecated in 1.25 and refuses from 2.4
+    ("only 0-dimensional arrays can be converted to Python scalars"). torch 2.11's CUDA build, Colab's,
+    pins Triton 3.6.0; Colab ships NumPy 2.1.3, where it works (tested: CI's Colab pass).
+    """
+    if not interpreted() or not available():
+        return None
+    import numpy
+    import triton
+
+    if _version(triton.__version__) < (3, 8) and _version(numpy.__version__) >= (2, 4):
+        return (f"Triton {triton.__version__}'s interpreter fails under NumPy {numpy.__version__} (it turns "
+                "one-element arrays into Python scalars, which NumPy refuses from 2.4): pip install 'numpy<2.4' "
+                "(Colab ships 2.1.3), or use a torch whose Triton is 3.8 or newer")
+    return None
+
+
 def paged_decode(q, k_cache, v_cache, cache_seqlens, block_table, window_size=None, softmax_scale=None,
                  num_splits=None):
     """One decode step of paged sliding-window attention in Triton: see :func:`swkv_teach.kernels.decode.paged_decode`."""
@@ -60,6 +85,9 @@ def paged_decode(q, k_cache, v_cache, cache_seqlens, block_table, window_size=No
         raise RuntimeError("triton was imported before TRITON_INTERPRET=1 was set, so its own functions (tl.sum, "
                            "...) cannot run in the interpreter: import swkv_teach before triton (or torch._inductor), "
                            "or start Python with TRITON_INTERPRET=1 set")
+    problem = interpreter_problem()
+    if problem:
+        raise RuntimeError(problem)
     from swkv_teach.kernels.decode import paged_decode as run
 
     return run(q, k_cache, v_cache, cache_seqlens, block_table, window_size, softmax_scale, num_splits)
