@@ -157,3 +157,53 @@ def test_every_package_is_listed_and_the_released_exercises_are_mapped_into_the_
     assert setuptools_cfg["package-dir"] == {"swkv_teach.released": "exercises"}
     assert setuptools_cfg["package-data"]["swkv_teach.released"] == ["*.ipynb"]
     assert not list((ROOT / "swkv_teach").glob("released")), "no second copy of exercises/ in git"
+
+
+# ------------------------------------------------------------------ issue 35: the torch a newcomer gets
+def planned(tmp_path, **variables) -> str:
+    """What `make -n test` would run in a fresh venv under ``tmp_path`` with ``variables`` set."""
+    import os
+    import subprocess
+
+    # As a newcomer's shell has it: no variable from the make that may be running these tests (MAKEFLAGS
+    # passes its command-line variables down to every make started under it).
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "TORCH_SPEC", "PINS",
+                                                             "TORCH_INDEX", "EXTRAS", "TESTS", "VENV"}}
+    args = [f"{k}={v}" for k, v in {"VENV": str(tmp_path / "venv"), **variables}.items()]
+    done = subprocess.run(["make", "-n", "test", *args], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_asking_for_another_torch_or_pins_installs_again(tmp_path):
+    """The install stamp used to depend on pyproject.toml alone: `make test TORCH_SPEC=torch==2.11.0` after a
+    first install ran the old torch in silence. Each request (torch, index, pins, extras) has its own stamp."""
+    stamps = set()
+    for variables in ({}, {"TORCH_SPEC": "torch==2.11.0"}, {"PINS": "numpy==2.1.3"}, {"EXTRAS": "test"},
+                      {"TORCH_INDEX": "https://download.pytorch.org/whl/cpu"}):
+        plan = planned(tmp_path, **variables)
+        stamp = re.search(r"touch (\S+/\.installed-test-\d+)", plan)
+        assert stamp, plan
+        stamps.add(stamp.group(1))
+    assert len(stamps) == 5, stamps
+
+
+def test_the_plan_installs_what_was_asked(tmp_path):
+    plan = planned(tmp_path, TORCH_SPEC="torch==2.11.0", PINS="numpy==2.1.3 transformers==5.15.0")
+    assert re.search(r'pip install "torch==2\.11\.0" numpy==2\.1\.3 transformers==5\.15\.0 -e "\.\[', plan), plan
+    assert "--index-url" not in plan
+    cpu = planned(tmp_path, TORCH_INDEX="https://download.pytorch.org/whl/cpu")
+    first, then = cpu.index('--index-url "https://download.pytorch.org/whl/cpu"'), cpu.index('-e ".[')
+    assert first < then, "the CPU build is installed before the course, which then keeps it"
+    assert re.search(r'pip install "torch"\s+-e "\.\[', planned(tmp_path)), "nothing set: pip's own pick"
+
+
+def test_ci_runs_the_newcomers_path_and_colabs_stack():
+    ci = (ROOT / ".ci" / "run").read_text()
+    newcomer = next(line for line in ci.splitlines() if "VENV=.venv-default" in line)
+    assert newcomer.strip().startswith("make test") and "TORCH_SPEC" not in newcomer and "EXTRAS" not in newcomer
+    assert "SWKV_COLAB_STACK=1 make test VENV=.venv-colab" in ci and "tests/colab_preinstalled.txt" in ci
+    listed = [line for line in (ROOT / "tests" / "colab_tests.txt").read_text().splitlines()
+              if line and not line.startswith("#")]
+    assert listed and all((ROOT / p).exists() for p in listed), [p for p in listed if not (ROOT / p).exists()]
+    assert "tests/test_colab_stack.py" in listed, "the pass checks it runs Colab's versions"
