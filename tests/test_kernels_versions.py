@@ -47,3 +47,32 @@ def test_paged_decode_refuses_before_running_anything(versions):
     pool = torch.randn(2, 4, 1, 8)
     with pytest.raises(RuntimeError, match=r"Triton 3\.6\.0's interpreter fails under NumPy 2\.4\.1"):
         kernels.paged_decode(q, pool, pool, torch.tensor([3]), torch.tensor([[0]]), window_size=4)
+
+
+def test_require_triton_returns_the_version_that_runs():
+    import triton
+
+    assert kernels.require_triton() == triton.__version__
+
+
+def test_require_triton_refuses_what_cannot_run(versions):
+    versions("3.6.0", "2.4.1")
+    with pytest.raises(RuntimeError, match="numpy<2.4"):
+        kernels.require_triton()
+
+
+def test_without_triton_colab_installs_it_and_elsewhere_says_how(monkeypatch):
+    """Colab's CPU runtime has no Triton: there it is pip-installed into the runtime; elsewhere nothing is."""
+    import subprocess
+    import sys
+
+    calls = []
+    monkeypatch.setattr(kernels, "available", lambda: bool(calls))  # missing until "pip" ran
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0, "", ""))
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    with pytest.raises(ModuleNotFoundError, match="needs Triton"):
+        kernels.require_triton()
+    assert calls == [], "nothing is installed outside Colab"
+    monkeypatch.setitem(sys.modules, "google.colab", type(sys)("google.colab"))
+    kernels.require_triton()
+    assert calls == [[sys.executable, "-m", "pip", "install", "-q", "triton"]]

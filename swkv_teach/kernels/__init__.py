@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
 
 import torch
 
-__all__ = ["INSTALL_HINT", "available", "interpreted", "interpreter_problem", "paged_decode"]
+__all__ = ["INSTALL_HINT", "available", "interpreted", "interpreter_problem", "paged_decode", "require_triton"]
 
 INSTALL_HINT = ("paged_decode needs Triton (Linux): pip install 'swkv-teach[test]', or pip install triton "
                 "(Colab's GPU runtime ships it already)")
@@ -45,6 +47,29 @@ def available() -> bool:
         return importlib.util.find_spec("triton") is not None
     except ValueError:  # a module set to None in sys.modules (how tests hide an installed package)
         return False
+
+
+def require_triton() -> str:
+    """Make sure Triton can run the kernels here; returns its version, or raises saying what to do.
+
+    Lesson 11 and exercise 12 call it first. On Google Colab's CPU runtime, which ships no Triton, it
+    pip-installs one (Colab's GPU runtime has the Triton its torch pins: nothing is installed there);
+    elsewhere a missing Triton raises with :data:`INSTALL_HINT`. Then :func:`interpreter_problem` is checked.
+    """
+    if not available():
+        if "google.colab" not in sys.modules:
+            raise ModuleNotFoundError(INSTALL_HINT)
+        print("Installing Triton into this Colab runtime (its CPU runtime has none) ...")
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "triton"], capture_output=True, text=True)
+        importlib.invalidate_caches()
+        if done.returncode != 0 or not available():
+            raise ModuleNotFoundError(f"pip install triton failed here:\n{done.stderr[-1500:]}\n{INSTALL_HINT}")
+    import triton
+
+    problem = interpreter_problem()
+    if problem:
+        raise RuntimeError(problem)
+    return triton.__version__
 
 
 def _version(text: str) -> tuple[int, int]:
