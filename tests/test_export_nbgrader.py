@@ -241,6 +241,7 @@ def test_the_export_writes_the_capped_kernel_and_names_it_in_the_config(tmp_path
     spec = json.loads((tmp_path / "kernels" / "swkv-capped" / "kernel.json").read_text())
     assert spec["argv"][:3] == ["python", "-m", "swkv_teach.grading.kernel"]
     assert spec["argv"][3:] == ["--memory", "3G", "--cpu", "45", "-f", "{connection_file}"]
+    assert spec["env"] == {"MALLOC_ARENA_MAX": "2"}, "threads share two malloc arenas: the room is the same on any machine"
     config = (tmp_path / "nbgrader_config.py").read_text()
     assert 'c.Execute.kernel_name = "swkv-capped"' in config and "JUPYTER_PATH" in config
     assert 'c.KernelManager.transport = "ipc"' in config

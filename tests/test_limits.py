@@ -70,7 +70,7 @@ def test_memory_is_room_beyond_what_the_process_maps_when_capped():
     limits, before, seen = capped_child("512M", 30)
     assert limits.baseline == before, "the cap is counted from what the process mapped when it was capped"
     assert seen["as"][0] == before + 512 * 2**20
-    cap_probe.assert_room(seen, 512 * 2**20, 30)
+    cap_probe.assert_room(seen, 512 * 2**20, 30, kernel=False)
     assert "512 MiB of memory for the notebook's own code" in limits.describe()
 
 
@@ -82,7 +82,7 @@ def test_the_room_is_the_same_after_torch_and_every_check_are_loaded():
         "512M", 60, "from swkv_teach.grading.limits import preload; from swkv_teach.grading import EXERCISES\n"
                     "preload(sorted(EXERCISES))")
     assert before > 400 * 2**20, f"torch and the checks are loaded before the cap ({before / 2**20:.0f} MiB mapped)"
-    cap_probe.assert_room(seen, 512 * 2**20, 60)
+    cap_probe.assert_room(seen, 512 * 2**20, 60, kernel=False)
 
 
 def test_preload_refuses_nothing_it_does_not_know_and_names_what_failed(monkeypatch):

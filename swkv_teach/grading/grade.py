@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import re
 import secrets
 import sys
@@ -35,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from swkv_teach.grading import EXERCISES
-from swkv_teach.grading.limits import Limits, hit_memory_limit
+from swkv_teach.grading.limits import KERNEL_ENV, Limits, hit_memory_limit
 
 __all__ = ["find_exercises", "grade_notebook", "main"]
 
@@ -190,7 +191,7 @@ def _grade(path: Path, timeout: float, row: dict, limits: Limits) -> dict:
     with sockets, tempfile.TemporaryDirectory(prefix="swkv-grade-") as scratch:
         client.resources = {"metadata": {"path": scratch}}
         try:
-            with client.setup_kernel():
+            with client.setup_kernel(env={**os.environ, **KERNEL_ENV}):
                 process = _kernel_process(client)
                 failed = _preload(client, nb, ids, timeout)
                 if failed:

@@ -46,11 +46,13 @@ def write_kernelspec(parent: Path, memory: str | None, cpu: float | None, displa
     ``"python"`` as the first word is replaced by jupyter_client with the interpreter that starts the
     kernel (``KernelManager.format_kernel_cmd``), the one nbgrader runs in, which has swkv_teach.
     """
+    from swkv_teach.grading.limits import KERNEL_ENV
+
     argv = ["python", "-m", "swkv_teach.grading.kernel"]
     argv += ["--memory", str(memory) if memory else "none", "--cpu", f"{cpu:g}" if cpu else "none"]
     argv += ["-f", "{connection_file}"]
     spec = {"argv": argv, "display_name": display_name or "Python 3 (swkv-teach grading, capped)",
-            "language": "python", "metadata": {"debugger": False}}
+            "language": "python", "metadata": {"debugger": False}, "env": dict(KERNEL_ENV)}
     folder = parent / "kernels" / KERNEL_NAME
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
@@ -74,13 +76,17 @@ def main(argv: list[str] | None = None) -> int:
         preload(sorted(EXERCISES))
     except Exception as e:  # the grader's environment, not the student: say so in the kernel's log, cap anyway
         print(f"swkv-teach kernel: could not load torch and the checks ({type(e).__name__}: {e})", file=sys.stderr)
+    # What ipykernel_launcher does (IPKernelApp.launch_instance), in this process, so the modules loaded above
+    # stay, with the cap set between its two halves: once the kernel's sockets, threads and shell exist
+    # (initialize), they are not charged to the notebook's room; before any cell can run (start).
+    from ipykernel.kernelapp import IPKernelApp
+
+    app = IPKernelApp.instance()
+    app.initialize(kernel_args)
     note = limits.apply(os.getpid())
     if note:
         print(f"swkv-teach kernel: {note}", file=sys.stderr)
-    # What ipykernel_launcher does, in this process: the modules loaded above and the limits stay.
-    from ipykernel import kernelapp
-
-    kernelapp.launch_new_instance(argv=kernel_args)
+    app.start()
     return 0
 
 

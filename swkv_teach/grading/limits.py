@@ -7,10 +7,11 @@ the notebook's cells run:
 
 - ``RLIMIT_AS`` (``--memory``, default 4 GiB): the cap is what the kernel maps at that moment **plus**
   ``--memory``, so ``--memory`` is the room left for the student's own code, the same under every torch
-  build. Measured here (Python 3.11, no GPU), a kernel with torch and every check loaded maps about
-  1.3 GiB with torch 2.13's CPU wheel and about 3.7 GiB with PyPI's CUDA build (torch 2.14.1+cu130): a fixed
-  cap of 2 GiB left the CPU build 0.7 GiB and broke ``import torch`` itself under the CUDA build
-  ("failed to map segment from shared object"). An allocation past the cap fails inside the kernel
+  build. Measured here (Python 3.11, no GPU, ``MALLOC_ARENA_MAX=2`` as :data:`KERNEL_ENV` sets it): a bare
+  kernel maps 0.21 GiB; with torch and the checks loaded 0.80 GiB under torch 2.13's CPU wheel and 3.29 GiB
+  under PyPI's CUDA build (torch 2.14.1+cu130); with transformers and Triton too (exercises 11 and 12) 1.11
+  and 3.60 GiB. A fixed cap of 2 GiB left the CPU build about 1 GiB for the student and broke
+  ``import torch`` itself under the CUDA build ("failed to map segment from shared object"). An allocation past the cap fails inside the kernel
   (``MemoryError``, torch's "can't allocate memory") instead of swapping the machine to a halt or waking
   the OOM killer, which might pick the grader itself.
 - ``RLIMIT_CPU`` (``--cpu``, default 600 s, counted from the cap like ``--memory``): a kernel spinning
@@ -33,7 +34,7 @@ import os
 import re
 import signal
 
-__all__ = ["Limits", "MEMORY_ERRORS", "PRELOAD", "hit_memory_limit", "cpu_seconds", "mapped_bytes", "parse_size",
+__all__ = ["KERNEL_ENV", "Limits", "MEMORY_ERRORS", "PRELOAD", "hit_memory_limit", "cpu_seconds", "mapped_bytes", "parse_size",
            "preload"]
 
 # What an allocation failing under RLIMIT_AS looks like from Python, NumPy and torch, and from the dynamic
@@ -49,6 +50,11 @@ PRELOAD = {"11": ("transformers", "transformers.cache_utils", "transformers.mode
                   "swkv_teach.hf_cache"),
            "12": ("triton", "triton.language", "swkv_teach.kernels.decode")}
 _OPTIONAL = {"transformers", "triton"}
+
+# The environment a grading kernel starts with. glibc gives each thread that allocates an arena of its own,
+# reserving 64 MiB of address space each (up to 8 per core): ipykernel's threads and torch's workers would eat
+# the room --memory promises, more on a machine with more cores. Two arenas keep the room the same everywhere.
+KERNEL_ENV = {"MALLOC_ARENA_MAX": "2"}
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
