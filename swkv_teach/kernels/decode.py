@@ -51,7 +51,7 @@ import triton.language as tl
 
 from swkv_teach._validate import check_positive_int
 from swkv_teach.attention import _check_paged, paged_plan
-from swkv_teach.kernels import interpreted
+from swkv_teach.kernels._mode import interpreted
 
 __all__ = ["attend_block", "decode_launch", "default_num_splits", "merge", "merge_pairs", "paged_decode",
            "split_blocks", "window_span"]
