@@ -234,10 +234,9 @@ def _p_lookup_pure(c):
 
 
 PROBES = ((2, _p_full_raises), (2, _p_acquire_takes_out), (1, _p_allocate_counts_one), (1, _p_uncached_comes_back),
-          (2, _p_refcount),
-          (2, _p_lookup_finds_held), (2, _p_cache_records_both_ways), (1, _p_evict_forgets_block_hash),
-          (1, _p_dropped), (3, _p_most_recent), (4, _p_eviction_order), (2, _p_empty_first), (3, _p_tail_first),
-          (3, _p_touch), (3, _p_lookup_stops), (3, _p_lookup_pure))
+          (2, _p_refcount), (2, _p_lookup_finds_held), (2, _p_cache_records_both_ways),
+          (1, _p_evict_forgets_block_hash), (1, _p_dropped), (3, _p_most_recent), (4, _p_eviction_order),
+          (2, _p_empty_first), (3, _p_tail_first), (3, _p_touch), (3, _p_lookup_stops), (3, _p_lookup_pure))
 
 
 def diagnose(cls) -> str | None:

@@ -31,7 +31,7 @@ def load() -> list:
                                      ring, sinks, sliding)
 
     if importlib.util.find_spec("triton") is not None:  # exercise 12 answers are @triton.jit functions
-        from tests.wrong_answers import split_kv  # noqa: F401
+        from tests.wrong_answers import split_kv, split_kv_unseen  # noqa: F401
     if importlib.util.find_spec("transformers") is not None:  # exercise 11's answers subclass transformers' classes
         from tests.wrong_answers import hf_layer  # noqa: F401
     return CATALOGUE
