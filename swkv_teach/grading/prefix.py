@@ -9,7 +9,9 @@ and ``PrefixCache(num_blocks)`` with ``lookup``, ``acquire``, ``allocate``, ``ca
   reordered or split differently (``[1, 23]`` against ``[12, 3]``), for ids past 255, for ids equal in their low
   8, 16 or 32 bits (a fixed-width pack wraps), without collisions over thousands of random blocks, and the same in
   **another Python process** with another ``PYTHONHASHSEED`` (run last: Python's ``hash()`` of bytes and str is
-  salted per process). A hash that cannot be rebuilt in that process fails, saying why: nothing passes unchecked.
+  salted per process). A notebook's constants are made there by their own assignments run again (an
+  ``os.urandom`` parent differs, as on a second server), not copied by value; a hash that cannot be rebuilt in that
+  process fails, saying why: nothing passes unchecked.
 * **The chain**: one hash per *full* block, each chained to the previous one, the first to None; the same for the
   ids given as a tuple.
 * **The cache**: scripted request flows, then long random ones (requests sharing a system prompt that arrive, hit,
@@ -29,6 +31,7 @@ an empty one was free, a request's blocks freed head first, a hit not moved to t
 
 from __future__ import annotations
 
+import ast
 import copy
 import inspect
 import json
@@ -166,16 +169,73 @@ def _check_chain(hash_fn, chain_fn) -> None:
 
 
 # ============================================================================ the same hash in another process
+CONSTANTS = (bytes, str, int, float, tuple, frozenset, type(None))
+
+
+def _assignment(name: str, scope: dict) -> ast.Assign | None:
+    """The notebook's last statement that assigns ``name`` (IPython keeps every cell's source in ``In``), or None."""
+    history = scope.get("In")
+    if not isinstance(history, list):
+        return None
+    for cell in reversed(history):
+        try:
+            tree = ast.parse(cell)
+        except (SyntaxError, ValueError, TypeError):
+            continue
+        for node in reversed(tree.body):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+                return node
+    return None
+
+
+def _literal(node: ast.AST) -> bool:
+    try:
+        ast.literal_eval(node)
+        return True
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
 def _loader(fn) -> str | None:
-    """Python source that defines ``fn`` in a fresh interpreter, or None when it cannot be rebuilt there."""
+    """Python source that defines ``fn`` in a fresh interpreter, or None when it cannot be rebuilt there.
+
+    A notebook's constant is made there the way the notebook made it (its assignment run again, as a second
+    server would run it: ``os.urandom`` there gives other bytes), not copied by value; anything else the function
+    names is imported from where it lives (``from hashlib import sha256`` included).
+    """
     mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     m = sys.modules.get(mod or "")
     if m is not None and mod != "__main__" and getattr(m, "__file__", None) and "<locals>" not in qual:
         return (f"import importlib\nfn = importlib.import_module({mod!r})\n"
                 f"for part in {qual.split('.')!r}:\n    fn = getattr(fn, part)\n")
-    lines, done = [], set()
+    lines, done, defined = ["def _obj(home, qual):", "    import importlib", "    o = importlib.import_module(home)",
+                            "    for part in qual.split('.'):", "        o = getattr(o, part)", "    return o"], set(), set()
 
-    def add(obj):  # obj's source, after the modules and same-notebook helpers it names (one level deep each)
+    def name_one(name, value, scope):
+        if isinstance(value, types.ModuleType):
+            lines.append(f"import {value.__name__} as {name}")
+        elif isinstance(value, CONSTANTS):
+            define(name, value, scope)
+        elif isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", None) == mod:
+            add(value)
+        else:
+            home, where = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+            if isinstance(home, str) and isinstance(where, str) and home != mod and "<locals>" not in where:
+                lines.append(f"{name} = _obj({home!r}, {where!r})")  # from hashlib import sha256, and the like
+
+    def define(name, value, scope):  # a constant: its assignment run again when the notebook has one
+        if name in defined:
+            return
+        defined.add(name)
+        node = _assignment(name, scope) if mod == "__main__" else None
+        if node is None or _literal(node.value):
+            lines.append(f"{name} = {value!r}")
+            return
+        for used in sorted({n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)} & set(scope)):
+            name_one(used, scope[used], scope)
+        lines.append(ast.unparse(node))
+
+    def add(obj):  # obj's source, after the modules, constants and same-notebook helpers it names
         if id(obj) in done:
             return
         done.add(id(obj))
@@ -187,13 +247,7 @@ def _loader(fn) -> str | None:
             todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
         scope = getattr(obj, "__globals__", {})
         for name in sorted(n for n in names if n in scope):  # builtins and attribute names are not in scope
-            value = scope[name]
-            if isinstance(value, types.ModuleType):
-                lines.append(f"import {value.__name__} as {name}")
-            elif isinstance(value, (bytes, str, int, float, tuple, frozenset, type(None))):
-                lines.append(f"{name} = {value!r}")  # a constant such as the first block's parent
-            elif isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", None) == mod:
-                add(value)
+            name_one(name, scope[name], scope)
         lines.append(textwrap.dedent(inspect.getsource(obj)))
 
     try:
