@@ -81,7 +81,9 @@ print("Triton", triton.__version__, "|", "interpreter on the CPU" if interpreted
 # `offs_n = tl.arange(0, BLOCK_N)`, `pos = start + offs_n`, `seen = (offs_n < BLOCK_SIZE) & (pos >= lo) & (pos < hi)`.
 # Build a `(BLOCK_N, BLOCK_D)` block of offsets with `offs_n[:, None] * stride_slot + offs_d[None, :]` and load with
 # `mask=seen[:, None] & (offs_d < HEAD_DIM)[None, :], other=0.0`. Mask the loads, not only the scores: a masked
-# score gives `p = 0`, but `0 * NaN` is still NaN.
+# score gives `p = 0`, but `0 * NaN` is still NaN. Written one slot at a time instead, keep the mask a vector:
+# in Triton's CPU interpreter a vector of booleans `&` a scalar boolean comes out int32, which `tl.load` refuses
+# ("mask has unsupported dtype"); `tl.where(inside, offs_d < HEAD_DIM, False)` broadcasts the slot's test.
 #
 # </details>
 #

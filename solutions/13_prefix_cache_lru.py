@@ -39,8 +39,9 @@ from swkv_teach.grading import check_prefix_cache_lru
 #   (`None` for a sequence's first block) and its token ids (a list or a tuple of ints, any size: vocabularies have
 #   150,000 tokens). Two blocks get the same hash only if their parents and their ids, in order, are the same. It
 #   must be **the same in every process**: two servers sharing a block store look blocks up by these bytes.
-# * `block_hashes(token_ids, block_size) -> list[bytes]`: one hash per **full** block, each chained to the one
-#   before (the first to `None`). A partial last block has no hash: its keys are not final yet.
+# * `block_hashes(token_ids, block_size) -> list[bytes]` (`token_ids` a list or a tuple): one hash per **full**
+#   block, each chained to the one before (the first to `None`). A partial last block has no hash: its keys are not
+#   final yet.
 #
 # **The cache.** `PrefixCache(num_blocks)` keeps the bookkeeping of blocks `0 .. num_blocks - 1` (no tensors).
 # Each block is *held* (a reference count of at least 1, one per request using it), *cached and free* (count 0,
@@ -54,7 +55,8 @@ from swkv_teach.grading import check_prefix_cache_lru
 #   them), otherwise **evict** the cached free block that was freed the longest ago (the head of the queue) and
 #   forget its hash. If every block is held, raise `RuntimeError`: a block in use is never evicted.
 # * `cache(block, block_hash)`: a held block now holds the full block `block_hash` names (the check never names two
-#   blocks by one hash).
+#   blocks by one hash). Naming a block again by the hash it already holds changes nothing: a scheduler may name
+#   every full block of a request, its hits included.
 # * `release(blocks)`: a request is done with `blocks`, given in its order: one reference fewer each, **the last
 #   block first**. A block whose count reaches 0 joins the tail of the free queue if it has a hash, or the empty
 #   blocks if not.

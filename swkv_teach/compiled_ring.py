@@ -12,17 +12,13 @@ Window convention: :mod:`swkv_teach.masks`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from swkv_teach._quiet import import_cpp_extension_quietly
 from swkv_teach.ahead_of_time import AheadOfTime
+from swkv_teach.caches.layers import LayerCaches
 from swkv_teach.caches.ring import RingBufferKVCache, ring_slot_and_mask
-from swkv_teach.model import LayerCaches, _inv_freq, _rotary_with
-
-if TYPE_CHECKING:
-    from swkv_teach.model import Decoder
+from swkv_teach.rope import _inv_freq, _rotary_with
 
 __all__ = ["CompiledRing"]
 
@@ -74,9 +70,12 @@ class CompiledRing:
     Every graph input is one of this object's tensors (the token is copied into ``self.ids``, the
     position written into ``self.position``) and the step always runs in inference mode, so neither a
     caller's inference tensors nor its grad mode recompile it.
+
+    ``model``: a :class:`~swkv_teach.model.Decoder`, typed as a module only: model.py imports this file, so this
+    file imports nothing of it (what both need, RoPE and the layer caches, sits below both).
     """
 
-    def __init__(self, model: "Decoder", batch: int, mode: str = "default", options: dict | None = None):
+    def __init__(self, model: torch.nn.Module, batch: int, mode: str = "default", options: dict | None = None):
         c = model.config
         p = next(model.parameters())
         shape = (batch, c.n_kv_heads, c.window_size, c.head_dim)

@@ -36,7 +36,7 @@ choice is broadcast anyway, so the ranks cannot drift apart.
 Fault tolerance
 ---------------
 ``--snapshot-dir DIR --snapshot-every K`` saves, every ``K`` new tokens, each
-rank's caches (:meth:`~swkv_teach.model.LayerCaches.state_dict`) and the tokens
+rank's caches (:meth:`~swkv_teach.caches.layers.LayerCaches.state_dict`) and the tokens
 so far: each rank writes ``rank{r}-{n}.pt`` (to a temporary name, then renamed),
 a barrier, then rank 0 commits ``LATEST`` (again write-then-rename), a barrier,
 then old files go. A snapshot is used only once ``LATEST`` names it, so a crash

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import torch
 
+from swkv_teach._hf_hint import INSTALL_HINT
 from swkv_teach.model import Decoder, DecoderConfig
 
 __all__ = ["config_from_hf", "from_hf", "hf_cache"]
 
-INSTALL_HINT = 'Hugging Face transformers is needed for this; install it with: pip install -e ".[hf]"'
 
 
 def __getattr__(name: str):

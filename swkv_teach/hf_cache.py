@@ -49,8 +49,8 @@ import inspect
 
 import torch
 
+from swkv_teach._hf_hint import INSTALL_HINT
 from swkv_teach.caches import KVCache, make_cache
-from swkv_teach.hf import INSTALL_HINT
 
 try:
     from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer, StaticSlidingWindowLayer

@@ -54,7 +54,6 @@ and read through block tables with :func:`~swkv_teach.attention.paged_attention`
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -66,9 +65,10 @@ import torch.nn.functional as F
 from swkv_teach._validate import check_nonnegative_int, check_positive_int
 from swkv_teach.attention import PagedPlan, attend_paged, cached_attention, paged_plan
 from swkv_teach.caches import CACHE_KINDS, KVCache, make_cache
+from swkv_teach.caches.layers import LayerCaches
 from swkv_teach.caches.pool import write_to_blocks
-from swkv_teach.caches._state import load_many, sum_stats
 from swkv_teach.masks import window_mask
+from swkv_teach.rope import apply_rotary, rotary
 
 if TYPE_CHECKING:
     from swkv_teach.compiled_ring import CompiledRing
@@ -118,39 +118,6 @@ class RMSNorm(nn.Module):
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
-
-
-@functools.lru_cache(maxsize=16)
-def _inv_freq(head_dim: int, theta: float, device: torch.device) -> torch.Tensor:
-    # float32, and kept out of the module's buffers, so .to(bfloat16) cannot round it;
-    # cached because a decode step would otherwise rebuild it in every layer
-    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float, device=device) / head_dim))
-
-
-def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """RoPE's ``cos`` and ``sin`` for absolute ``positions`` ``(T,)``: each ``(T, head_dim)``.
-
-    Frequencies are in float32; the halves layout matches Hugging Face: dim
-    ``d`` and ``d + head_dim/2`` rotate together.
-    """
-    return _rotary_with(positions, _inv_freq(head_dim, float(theta), positions.device), dtype)
-
-
-def _rotary_with(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """:func:`rotary` from frequencies already made (a compiled step holds them as a tensor, not a cached call)."""
-    freqs = torch.outer(positions.float(), inv_freq)  # (T, head_dim/2): position × frequency
-    emb = torch.cat((freqs, freqs), dim=-1)  # (T, head_dim)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` ``(B, H, T, head_dim)`` by the angles in ``cos``/``sin`` ``(T, head_dim)``."""
-    return x * cos + _rotate_half(x) * sin
 
 
 def _stack_on_load(state_dict: dict, prefix: str, fused: str, parts: tuple[str, ...]) -> None:
@@ -402,53 +369,6 @@ class Block(nn.Module):
         y = attend_paged(q.transpose(1, 2), k_cache, v_cache, plan)
         x = x + self.attn.o_proj(y.reshape(B, T, -1))  # y (B, T, nh, hd)
         return x + self.mlp(self.mlp_norm(x))
-
-
-class LayerCaches(list):
-    """One :class:`~swkv_teach.caches.KVCache` per layer, plus the mask rule they were made for.
-
-    A plain list would do for the caches; the two attributes save ``step``
-    from asking again which window and how many sinks to mask with.
-    """
-
-    def __init__(self, caches, window_size: int, num_sinks: int = 0):
-        super().__init__(caches)
-        self.window_size = window_size
-        self.num_sinks = num_sinks
-
-    def stats(self) -> dict:
-        """Every layer's :meth:`~swkv_teach.caches.KVCache.stats` summed, each layer's own dict under ``"layers"``."""
-        return sum_stats([cache.stats() for cache in self])
-
-    def state_dict(self) -> dict:
-        """``{"kind": "LayerCaches", "window_size", "num_sinks", "layers": [each cache's state_dict()]}``.
-
-        Plain tensors and Python values: ``torch.save`` it, ``torch.load(path, weights_only=True)``
-        it, and :meth:`load_state_dict` into ``decoder.new_caches(kind)`` continues bit for bit.
-        """
-        return {"kind": "LayerCaches", "window_size": self.window_size, "num_sinks": self.num_sinks,
-                "layers": [cache.state_dict() for cache in self]}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Load every layer's state, all or nothing: every layer is checked before any changes.
-
-        Raises ``ValueError`` naming what differs (layer count, window, sinks, a layer's
-        kind, settings or layout) and leaves every cache as it was.
-        """
-        if not isinstance(state_dict, dict) or state_dict.get("kind") != "LayerCaches":
-            got = state_dict.get("kind") if isinstance(state_dict, dict) else type(state_dict).__name__
-            raise ValueError(f"kind differs: expected a LayerCaches state (LayerCaches.state_dict()); got {got!r}")
-        layers = state_dict.get("layers")
-        if not isinstance(layers, list):
-            raise ValueError(f"LayerCaches: state['layers'] must be a list of cache states; got {type(layers).__name__}")
-
-        def check_mask_rule():  # after the layers' checks, so a state of another kind says so first
-            differs = [f"{k} is {state_dict.get(k)!r} in the state but {getattr(self, k)!r} here"
-                       for k in ("window_size", "num_sinks") if state_dict.get(k) != getattr(self, k)]
-            if differs:
-                raise ValueError("LayerCaches: " + "; ".join(differs))
-
-        load_many(self, layers, check_mask_rule)
 
 
 class Decoder(nn.Module):

@@ -65,3 +65,48 @@ def test_the_cells_after_the_answer_run_on_a_right_answer_with_other_internals(a
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(root)}}).execute()
     outputs = "".join(o.get("text", "") for c in nb.cells[n + 1 :] if c.cell_type == "code" for o in c.outputs)
     assert "✅" in outputs and "the evicted block is the first's tail: True" in outputs, outputs
+
+
+URANDOM_ROOT = '''
+import os, struct
+from hashlib import sha256
+ROOT = os.urandom(32)  # drawn once per process: a second server draws other bytes
+
+def hash_block_tokens(parent_hash, token_ids):
+    ids = list(token_ids)
+    return sha256((ROOT if parent_hash is None else parent_hash) + struct.pack(f"<{len(ids)}q", *ids)).digest()
+'''
+
+DERIVED_ROOT = '''
+import struct
+from hashlib import sha256
+from struct import pack
+NAME = b"first block"
+ROOT = sha256(NAME + b"!").digest()  # made from constants: the same bytes in every process
+
+def hash_block_tokens(parent_hash, token_ids):
+    ids = list(token_ids)
+    return sha256((ROOT if parent_hash is None else parent_hash) + pack(f"<{len(ids)}q", *ids)).digest()
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source, caught", [(URANDOM_ROOT, True), (DERIVED_ROOT, False)], ids=["urandom", "derived"])
+def test_a_notebook_constant_is_made_again_in_the_second_process_not_copied(source, caught, tmp_path):
+    """A first block's parent drawn with os.urandom in a notebook cell differs in another server: the check runs the
+    cell's assignment again in the second Python (copying the bytes by value let it pass). A parent made from
+    constants, with names imported from hashlib and struct, is rebuilt there and passes."""
+    import pathlib
+
+    root = str(pathlib.Path(__file__).resolve().parent.parent)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {root!r})"),
+                                         nbformat.v4.new_code_cell(source), nbformat.v4.new_code_cell(REST)])
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": root}})
+    if caught:
+        with pytest.raises(CellExecutionError) as info:
+            client.execute()
+        assert "another Python process" in str(info.value) and "os.urandom" in str(info.value), str(info.value)
+    else:
+        client.execute()
+        out = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+        assert "✅" in out and "stably across processes" in out, out

@@ -76,3 +76,13 @@ def test_without_triton_colab_installs_it_and_elsewhere_says_how(monkeypatch):
     monkeypatch.setitem(sys.modules, "google.colab", type(sys)("google.colab"))
     kernels.require_triton()
     assert calls == [[sys.executable, "-m", "pip", "install", "-q", "triton"]]
+
+
+def test_exercise_12s_check_blames_the_machine_not_the_answer(versions):
+    from swkv_teach.grading import ExerciseFailed, check_paged_decode_kernel
+    from swkv_teach.kernels.decode import attend_block, merge
+
+    versions("3.6.0", "2.4.1")
+    with pytest.raises(ExerciseFailed, match="cannot run here, whatever the answer") as failed:
+        check_paged_decode_kernel(attend_block, merge)
+    assert "numpy<2.4" in str(failed.value)

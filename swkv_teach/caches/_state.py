@@ -20,12 +20,7 @@ of blocks) and leaves every cache as it was.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
-
-if TYPE_CHECKING:  # pragma: no cover
-    from swkv_teach.caches.base import KVCache
 
 HEADER = ("kind", "layout")
 
@@ -81,8 +76,11 @@ def expect_int(owner: str, name: str, value, lo: int = 0, hi: int | None = None)
     return value
 
 
-def check_one(cache: "KVCache", state_dict) -> None:
-    """Every check of :meth:`KVCache.load_state_dict` except the pool's room; changes nothing."""
+def check_one(cache, state_dict) -> None:
+    """Every check of :meth:`KVCache.load_state_dict` except the pool's room; changes nothing.
+
+    ``cache``: any :class:`~swkv_teach.caches.base.KVCache` (not imported: base.py sits above this module).
+    """
     owner = type(cache).__name__
     if not isinstance(state_dict, dict):
         raise ValueError(f"{owner}: a state must be a dict (from state_dict()); got {type(state_dict).__name__}")

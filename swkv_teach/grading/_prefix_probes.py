@@ -54,10 +54,73 @@ def _p_acquire_takes_out(c):
     a, b = c.allocate(), c.allocate()
     c.cache(a, H[0]), c.cache(b, H[1])
     c.release([a]), c.release([b])
-    c.acquire([a])
-    if c.allocate() == a:
-        return ("a hit block was evicted while in use: acquire must take a cached block out of the free queue "
-                "(vLLM's touch); it goes back to the queue's tail when released.")
+    c.acquire([a, b])  # both hit: every block is held again
+    try:
+        got = c.allocate()
+    except Exception:
+        return None
+    return (f"a hit block was evicted while in use: after acquire([{a}, {b}]) every block is held, yet allocate() "
+            f"returned {got}. acquire must take a cached block out of the free queue (vLLM's touch), not move it to "
+            "the queue's tail; it goes back to the tail when released.")
+
+
+def _p_allocate_counts_one(c):
+    a = c.allocate()
+    c.cache(a, H[0])
+    c.release([a])  # its one request is done: cached and free, so the next allocate may evict it
+    try:
+        c.allocate()
+    except Exception:
+        return ("a block allocate() handed out, cached and released by its one request was not free again "
+                "(allocate() then raised): allocate must set the block's reference count to 1, so that the "
+                "request's release brings it to 0.")
+    return None
+
+
+def _p_uncached_comes_back(c):
+    a = c.allocate()
+    c.release([a])  # freed without a hash: an empty block again
+    try:
+        c.allocate()
+    except Exception:
+        return ("a block released without a hash was lost: allocate() then raised although that block held nothing "
+                "and no request held it. A block whose count reaches 0 without a hash joins the empty blocks.")
+    return None
+
+
+def _p_cache_records_both_ways(c):
+    a, b = c.allocate(), c.allocate()
+    c.cache(a, H[0])
+    c.release([a])  # cached: it must wait in the free queue, not join the empty blocks
+    c.release([b])  # uncached: an empty block, to be handed out first
+    got = c.allocate()
+    if got == a and list(c.lookup([H[0]])) == [a]:
+        return (f"cache({a}, h0) was not remembered on the block's side (block -> hash): when block {a} was "
+                "released it seemed to hold nothing, joined the empty blocks and was handed out again while lookup "
+                "still finds h0 in it. Record both directions in cache(): hash -> block and block -> hash.")
+
+
+def _p_lookup_finds_held(c):
+    a = c.allocate()
+    c.cache(a, H[0])
+    if list(c.lookup([H[0]])) != [a]:
+        return (f"lookup([h0]) missed block {a} while a request holds it (cached, count 1): lookup finds every cached "
+                "block, held or free; record hash -> block in cache(), and drop it on eviction only.")
+
+
+def _p_evict_forgets_block_hash(c):
+    a = c.allocate()
+    c.cache(a, H[0])
+    c.release([a])
+    b = c.allocate()  # evicts a (one block)
+    c.release([b])  # freed without a hash this time: an empty block
+    try:
+        c.allocate()
+    except Exception as e:
+        return (f"after block {b} was evicted, reused and released without a hash, allocate() raised "
+                f"{type(e).__name__}: {e}. The block still carried its old hash: eviction must delete both entries, "
+                "hash -> block and block -> hash, or the block goes back to the free queue with a stale hash.")
+    return None
 
 
 def _p_refcount(c):
@@ -93,8 +156,28 @@ def _p_most_recent(c):
         c.release([b])
     got = c.allocate()
     if got == x[2]:
-        return ("allocate evicted the most recently freed block (popitem() or pop() take the newest): evict the head "
-                "of the free queue, the least recently freed (popitem(last=False)).")
+        return ("allocate evicted the most recently freed block (popitem() or pop() take the newest, or release put "
+                "the block at the queue's head): freed blocks join the tail, and allocate evicts the head, the least "
+                "recently freed (popitem(last=False)).")
+
+
+def _p_eviction_order(c):
+    """Four blocks cached in one order and freed in another: which one goes names the rule the answer follows."""
+    x = [c.allocate() for _ in range(4)]
+    for i, b in enumerate((x[1], x[2], x[3], x[0])):  # cached first: x[1]
+        c.cache(b, H[i])
+    for b in (x[3], x[1], x[0], x[2]):  # freed first: x[3]; last: x[2]
+        c.release([b])
+    got = c.allocate()
+    if got == x[1]:
+        return (f"allocate evicted block {got}, the one cached longest ago, not block {x[3]}, the one freed longest "
+                "ago: order the free queue by release, not by cache() (a block enters the queue's tail when its "
+                "count reaches 0).")
+    if got == min(x) and got not in (x[3], x[2]):
+        return (f"allocate evicted block {got}, the lowest-numbered free block, not block {x[3]}, the one freed "
+                "longest ago: keep the free queue in release order (an OrderedDict: q[b] = None on release, "
+                "popitem(last=False) to evict).")
+    return None
 
 
 def _p_empty_first(c):
@@ -150,9 +233,10 @@ def _p_lookup_pure(c):
         return "lookup changed the free queue's order (it touched h0): lookup only reads; acquire takes the hits."
 
 
-PROBES = ((2, _p_full_raises), (2, _p_acquire_takes_out), (2, _p_refcount), (1, _p_dropped),
-          (3, _p_most_recent), (2, _p_empty_first), (3, _p_tail_first), (3, _p_touch), (3, _p_lookup_stops),
-          (3, _p_lookup_pure))
+PROBES = ((2, _p_full_raises), (2, _p_acquire_takes_out), (1, _p_allocate_counts_one), (1, _p_uncached_comes_back),
+          (2, _p_refcount), (2, _p_lookup_finds_held), (2, _p_cache_records_both_ways),
+          (1, _p_evict_forgets_block_hash), (1, _p_dropped), (3, _p_most_recent), (4, _p_eviction_order),
+          (2, _p_empty_first), (3, _p_tail_first), (3, _p_touch), (3, _p_lookup_stops), (3, _p_lookup_pure))
 
 
 def diagnose(cls) -> str | None:

@@ -6,16 +6,22 @@ and ``PrefixCache(num_blocks)`` with ``lookup``, ``acquire``, ``allocate``, ``ca
 
 * **The hash** is judged by what a chain needs, not by its bytes (any encoding and digest will do): bytes, the same
   for the same block (a list or a tuple of the same ids), different when the parent differs, when the ids are
-  reordered or split differently (``[1, 23]`` against ``[12, 3]``), for ids past 255, without collisions over
-  thousands of random blocks, and the same in **another Python process** with another ``PYTHONHASHSEED`` (run last:
-  Python's ``hash()`` of bytes and str is salted per process).
-* **The chain**: one hash per *full* block, each chained to the previous one, the first to None.
+  reordered or split differently (``[1, 23]`` against ``[12, 3]``), for ids past 255, for ids equal in their low
+  8, 16 or 32 bits (a fixed-width pack wraps), without collisions over thousands of random blocks, and the same in
+  **another Python process** with another ``PYTHONHASHSEED`` (run last: Python's ``hash()`` of bytes and str is
+  salted per process). A notebook's constants are made there by their own assignments run again (an
+  ``os.urandom`` parent differs, as on a second server), not copied by value; a hash that cannot be rebuilt in that
+  process fails, saying why: nothing passes unchecked.
+* **The chain**: one hash per *full* block, each chained to the previous one, the first to None; the same for the
+  ids given as a tuple.
 * **The cache**: scripted request flows, then long random ones (requests sharing a system prompt that arrive, hit,
   allocate and finish; pools of 1 to 12 blocks, block sizes 1 to 4), each operation mirrored on the library's
   ``PrefixCache``, and several live instances driven in turn. Block numbers are the learner's own: the check maps
   them onto the oracle's, so *which* empty block ``allocate`` hands out is free, but an evicted block must be the
   one holding the least recently freed hash. After every operation the whole state is compared through ``lookup``
-  of every hash so far, asked of a deep copy.
+  of every hash so far, asked of a deep copy. A full pool must raise ``RuntimeError`` (a ``KeyError`` from an empty
+  dict is a crash, not the statement's answer), and ``cache()`` on a block that already holds that hash changes
+  nothing.
 
 When something differs, probes on fresh instances (:mod:`._prefix_probes`) name the bug: a block in use handed out or evicted, references
 not counted, a hash kept after its block was evicted, the most recently freed evicted, a cached block evicted while
@@ -25,6 +31,7 @@ an empty one was free, a request's blocks freed head first, a hit not moved to t
 
 from __future__ import annotations
 
+import ast
 import copy
 import inspect
 import json
@@ -76,6 +83,20 @@ def _check_hash(fn) -> None:
     pairs = [([1, 2, 3, 4], [4, 3, 2, 1], "the ids reversed"), ([1, 23], [12, 3], "[1, 23] and [12, 3]"),
              ([1, 2], [3, 0], "[1, 2] and [3, 0] (same sum)"), ([256, 1], [0, 2], "ids past 255"),
              ([70000, 5], [4464, 6], "ids past 65535")]
+    # ids equal in their low k bits, in one block: an encoding that keeps k bits per id (bytes, 'H', 'i', a numpy
+    # int32 array) maps both to the same bytes, whatever digest follows
+    wraps = [([7 + (1 << k), 1, 150_000], [7, 1, 150_000], k) for k in (8, 16, 32)]
+    for x, y, k in wraps:
+        try:
+            same = _hash(fn, p1, x, case) == _hash(fn, p1, y, case)
+        except ExerciseFailed:
+            same = False  # an encoding that refuses wide ids is told so below, with its own hint
+        if same:
+            raise fail(case, f"two different blocks got the same hash: {x} and {y}, whose first ids are equal mod "
+                       f"2**{k}: your hash keeps only the low {k} bits of each id (a {k}-bit pack or array wraps "
+                       "around), so 150,000-token vocabularies collide.",
+                       hint="pack each id in 8 bytes, struct.pack('<%dq' % len(ids), *ids), or hash "
+                       "repr(tuple(ids)).encode(): nothing narrower than the ids themselves.")
     for x, y, what in pairs:
         try:
             same = _hash(fn, p1, x, case) == _hash(fn, p1, y, case)
@@ -117,6 +138,17 @@ def _check_chain(hash_fn, chain_fn) -> None:
             got = call(case, f"block_hashes(..., {bs})", chain_fn, list(ids), bs)
             if not isinstance(got, (list, tuple)):
                 raise fail(case, f"returned {type(got).__name__}; expected a list of bytes, one per full block.")
+            if n == 2 * bs:  # the ids as a tuple (the statement: a list or a tuple) give the same chain
+                tcase = f"block_hashes(a tuple of {n} ids, block_size={bs})"
+                try:
+                    as_tuple = call(tcase, f"block_hashes(tuple(...), {bs})", chain_fn, tuple(ids), bs)
+                except ExerciseFailed as e:
+                    raise rehint(e, "token_ids may be a tuple as well as a list: use only what both have (len, "
+                                 "slicing, iteration), or start with ids = list(token_ids).") from None
+                if not isinstance(as_tuple, (list, tuple)) or [bytes(h) for h in as_tuple] != [bytes(h) for h in got]:
+                    raise fail(tcase, "the same ids as a tuple gave another chain than as a list.",
+                               hint="token_ids may be a tuple as well as a list: hash each block's ids in one "
+                               "canonical form (list(ids) packed, or tuple(ids)), never repr of the container.")
             want = n // bs
             if len(got) != want:
                 hint = ("a partial last block has no hash: it is not full, its keys will change as tokens arrive. "
@@ -137,16 +169,73 @@ def _check_chain(hash_fn, chain_fn) -> None:
 
 
 # ============================================================================ the same hash in another process
+CONSTANTS = (bytes, str, int, float, tuple, frozenset, type(None))
+
+
+def _assignment(name: str, scope: dict) -> ast.Assign | None:
+    """The notebook's last statement that assigns ``name`` (IPython keeps every cell's source in ``In``), or None."""
+    history = scope.get("In")
+    if not isinstance(history, list):
+        return None
+    for cell in reversed(history):
+        try:
+            tree = ast.parse(cell)
+        except (SyntaxError, ValueError, TypeError):
+            continue
+        for node in reversed(tree.body):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+                return node
+    return None
+
+
+def _literal(node: ast.AST) -> bool:
+    try:
+        ast.literal_eval(node)
+        return True
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
 def _loader(fn) -> str | None:
-    """Python source that defines ``fn`` in a fresh interpreter, or None when it cannot be rebuilt there."""
+    """Python source that defines ``fn`` in a fresh interpreter, or None when it cannot be rebuilt there.
+
+    A notebook's constant is made there the way the notebook made it (its assignment run again, as a second
+    server would run it: ``os.urandom`` there gives other bytes), not copied by value; anything else the function
+    names is imported from where it lives (``from hashlib import sha256`` included).
+    """
     mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     m = sys.modules.get(mod or "")
     if m is not None and mod != "__main__" and getattr(m, "__file__", None) and "<locals>" not in qual:
         return (f"import importlib\nfn = importlib.import_module({mod!r})\n"
                 f"for part in {qual.split('.')!r}:\n    fn = getattr(fn, part)\n")
-    lines, done = [], set()
+    lines, done, defined = ["def _obj(home, qual):", "    import importlib", "    o = importlib.import_module(home)",
+                            "    for part in qual.split('.'):", "        o = getattr(o, part)", "    return o"], set(), set()
 
-    def add(obj):  # obj's source, after the modules and same-notebook helpers it names (one level deep each)
+    def name_one(name, value, scope):
+        if isinstance(value, types.ModuleType):
+            lines.append(f"import {value.__name__} as {name}")
+        elif isinstance(value, CONSTANTS):
+            define(name, value, scope)
+        elif isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", None) == mod:
+            add(value)
+        else:
+            home, where = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+            if isinstance(home, str) and isinstance(where, str) and home != mod and "<locals>" not in where:
+                lines.append(f"{name} = _obj({home!r}, {where!r})")  # from hashlib import sha256, and the like
+
+    def define(name, value, scope):  # a constant: its assignment run again when the notebook has one
+        if name in defined:
+            return
+        defined.add(name)
+        node = _assignment(name, scope) if mod == "__main__" else None
+        if node is None or _literal(node.value):
+            lines.append(f"{name} = {value!r}")
+            return
+        for used in sorted({n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)} & set(scope)):
+            name_one(used, scope[used], scope)
+        lines.append(ast.unparse(node))
+
+    def add(obj):  # obj's source, after the modules, constants and same-notebook helpers it names
         if id(obj) in done:
             return
         done.add(id(obj))
@@ -158,13 +247,7 @@ def _loader(fn) -> str | None:
             todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
         scope = getattr(obj, "__globals__", {})
         for name in sorted(n for n in names if n in scope):  # builtins and attribute names are not in scope
-            value = scope[name]
-            if isinstance(value, types.ModuleType):
-                lines.append(f"import {value.__name__} as {name}")
-            elif isinstance(value, (bytes, str, int, float, tuple, frozenset, type(None))):
-                lines.append(f"{name} = {value!r}")  # a constant such as the first block's parent
-            elif isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", None) == mod:
-                add(value)
+            name_one(name, scope[name], scope)
         lines.append(textwrap.dedent(inspect.getsource(obj)))
 
     try:
@@ -174,12 +257,12 @@ def _loader(fn) -> str | None:
     return "\n".join(lines) + f"\nfn = {fn.__name__}\n"
 
 
-def _other_process(fn, inputs) -> list[str] | None:
-    """The hex hashes of ``inputs`` computed in another Python process with another PYTHONHASHSEED (None: could not
-    run there, so nothing is claimed)."""
+def _other_process(fn, inputs) -> list[str] | str:
+    """The hex hashes of ``inputs`` computed in another Python process with another PYTHONHASHSEED, or a sentence
+    saying why they could not be computed there."""
     source = _loader(fn)
     if source is None:
-        return None
+        return "its source could not be found (inspect.getsource failed)"
     script = source + textwrap.dedent("""
         import json, sys
         inputs = json.loads(sys.stdin.read())
@@ -192,9 +275,16 @@ def _other_process(fn, inputs) -> list[str] | None:
     try:
         out = subprocess.run([sys.executable, "-c", script], input=json.dumps(inputs), capture_output=True,
                              text=True, timeout=120, env=env, cwd=os.getcwd())
-        return json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
-    except (subprocess.SubprocessError, ValueError, IndexError, OSError):
-        return None
+    except (subprocess.SubprocessError, OSError) as e:
+        return f"the second Python did not run ({type(e).__name__}: {e})"
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no error message"])[-1]
+        return f"rebuilding it there failed: {last}"
+    try:
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return f"it printed no hashes there ({out.stdout.strip()[-120:]!r})"
+    return got
 
 
 def _check_processes(fn) -> None:
@@ -204,7 +294,14 @@ def _check_processes(fn) -> None:
         parent = _hash(fn, parent, ids, "hash_block_tokens")
     here = [_hash(fn, None if p is None else bytes.fromhex(p), ids, "hash_block_tokens").hex() for p, ids in inputs]
     there = _other_process(fn, inputs)
-    if there is not None and there != here:
+    if isinstance(there, str):
+        raise fail("hash_block_tokens in another Python process (another PYTHONHASHSEED)",
+                   f"the check could not run your hash in a fresh Python: {there}. A second server must compute the "
+                   "same bytes from your code alone, so this cannot pass unchecked.",
+                   hint="define hash_block_tokens from module-level names a fresh Python can rebuild: imports, "
+                   "constants (bytes, str, numbers) and functions of the same notebook. A value kept in a dict, list "
+                   "or object is not carried over (and a random salt would differ there anyway).")
+    if there != here:
         i = next(k for k, (x, y) in enumerate(zip(here, there)) if x != y)
         raise fail("hash_block_tokens in another Python process (another PYTHONHASHSEED)",
                    f"block {i} of a chain hashed to {here[i][:16]}... here and {there[i][:16]}... in a fresh process.",
@@ -301,10 +398,24 @@ class _Mirror:
         except NotImplementedError:
             raise fail(self.case(), "allocate() is not implemented yet (it raised NotImplementedError).") from None
         except Exception as e:
-            if exp is None:
+            if exp is None and isinstance(e, RuntimeError):
                 self.ops[-1] += f" raised {type(e).__name__}"
                 self.log.append(("allocate",))
                 return None
+            if exp is None:
+                self.ops[-1] += f" raised {type(e).__name__}"
+                raise fail(self.case(), f"every block is held, and allocate() raised {type(e).__name__}: {e}; the "
+                           "statement asks for a RuntimeError.",
+                           hint="check for a full pool yourself and raise RuntimeError('every block is held'): an "
+                           "empty OrderedDict's popitem raises KeyError, a deque's popleft IndexError, which a caller "
+                           "cannot tell from a bug.") from None
+            if not isinstance(e, RuntimeError):
+                raise fail(self.case(), f"allocate() crashed with {type(e).__name__}: {e}, while a block was free "
+                           f"({'one holding nothing' if o_empty else 'a cached block no request holds'}): an error "
+                           "inside allocate, not a full pool.",
+                           hint="read the traceback of that error: a dict entry or queue item that should be there "
+                           "is missing (on eviction delete both hash -> block and block -> hash; on release put the "
+                           "block in exactly one place).") from None
             raise fail(self.case(), f"allocate() raised {type(e).__name__}: {e}, but a block was free "
                        f"({'one holding nothing' if o_empty else 'a cached block no request holds'}).",
                        hint="raise only when every block is held by some request; otherwise take an empty block, "
@@ -362,6 +473,19 @@ class _Mirror:
         self.log.append(("cache", mine, h))
         self.oracle.cache(theirs, h)
 
+    def recache(self, mine: int, theirs: int, h: bytes) -> None:
+        """cache() again on a block that already holds ``h``: nothing may change."""
+        self.ops.append(f"cache({mine}, {self.name(h)})  # block {mine} holds {self.name(h)} already")
+        try:
+            call(self.case(), "cache()", self.mine.cache, mine, h)
+        except ExerciseFailed as e:
+            raise rehint(e, f"cache() on a block that already holds that very hash must change nothing: a scheduler "
+                         "names every full block of a request, the hits again (vLLM skips a block whose hash is "
+                         "set already).") from None
+        self.log.append(("cache", mine, h))
+        self.oracle.cache(theirs, h)
+        self.compare()
+
     def release(self, mine: list[int], theirs: list[int]) -> None:
         self.ops.append(f"release({mine})")
         call(self.case(), "release()", self.mine.release, list(mine))
@@ -398,13 +522,15 @@ class _Mirror:
 
 
 # ============================================================================ flows
-def _serve(s: _Mirror, tokens: list[int], bs: int, held: list):
+def _serve(s: _Mirror, tokens: list[int], bs: int, held: list, recache: bool = False):
     """One request: look up its full blocks, take the hits, allocate the rest (caching each full block)."""
     hashes = lib.block_hashes(tokens, bs)
     mine, theirs = s.lookup(hashes)
     if mine:
         s.acquire(mine, theirs)
     table = (list(mine), list(theirs))
+    if mine and recache:  # a scheduler that names every full block of the request, the hits again by their hashes
+        s.recache(mine[-1], theirs[-1], hashes[len(mine) - 1])
     for i in range(len(mine), -(-len(tokens) // bs)):
         got = s.allocate()
         if got is None:
@@ -426,7 +552,7 @@ def _scripted(cls) -> None:
     s, held = _Mirror(cls, 4, "one prompt, served twice"), []
     _serve(s, chain + [7], bs, held)  # 4 blocks, the last partial
     s.release(*held.pop())
-    _serve(s, chain + [8, 9], bs, held)  # hits 3 blocks
+    _serve(s, chain + [8, 9], bs, held, recache=True)  # hits 3 blocks, and names the last hit again
 
     s, held = _Mirror(cls, 3, "evict the least recently freed"), []
     for t in ([1, 2], [3, 4], [5, 6]):

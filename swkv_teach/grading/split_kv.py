@@ -10,9 +10,11 @@ interpreter on the CPU otherwise. Expected outputs come from
 
 Order, so the first failure names one bug:
 
-1. ``merge`` alone on six hand-made pairs (:func:`~swkv_teach.kernels.decode.merge_pairs`): two
-   parts, one empty part on either side, two empty parts (``-inf - -inf``), and logsumexps of
-   +-1000 (an ``exp`` taken before subtracting the max overflows or underflows).
+1. ``merge`` alone on eight hand-made pairs (:func:`~swkv_teach.kernels.decode.merge_pairs`): two
+   parts, one empty part on either side, two empty parts (``-inf - -inf``), logsumexps of
+   +-1000 (an ``exp`` taken before subtracting the max overflows or underflows) and two parts 100
+   apart either way (a weight taken relative to one part, ``exp(lse_b - lse_a)``, overflows); the
+   types it returns must stay float32 (the combine's loop carries them).
 2. ``attend_block`` with the library's ``merge`` and one split, on probes that each isolate one
    thing: one block; a second block whose scores are 20 higher (the accumulator and the sum must
    both be rescaled); a first block 200 higher (the max must be carried: ``exp(200)`` overflows);
@@ -21,6 +23,13 @@ Order, so the first failure names one bug:
    the one the keys ``lo..hi`` give); 4 query heads over 2 key/value heads (named when the
    result is ``h % 2``'s); NaN in the slots past ``cache_seqlens`` and before the window; a block
    size of 24 and a headdim of 12, whose tiles are padded to 32 and 16.
+   When one fails, the state after each block (below) is looked at, and its named slip reported
+   instead when the numbers are exactly that slip's.
+2b. ``attend_block`` one block at a time (:mod:`._split_kv_steps`): ``(m_i, l_i, acc)`` after each
+   block against the online softmax in float64, their types (float32: the skeleton's loop carries
+   them, and Triton's compiler refuses a type change the interpreter lets pass), a cut block whose
+   visible scores all lie below -100, a block ending exactly at ``hi``, and pools that are views
+   (a fused K/V pool, heads stored before slots, a padded headdim) so no stride can be assumed.
 3. Both together over ragged batches, MHA/GQA/MQA, block sizes 16/32/24, windows smaller than,
    equal to and larger than what is stored, no window, 1 to 8 splits (some empty), float32 and
    bfloat16, on pools whose every slot outside the windows is NaN and whose table entries outside
@@ -38,31 +47,12 @@ import torch
 
 from swkv_teach.attention import paged_attention
 from swkv_teach.grading._own import is_own
-from swkv_teach.grading._report import call, fail, passed, show
+from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, show
+from swkv_teach.grading._split_kv_steps import check_steps, explained
+from swkv_teach.grading._split_kv_steps import plain as _plain
 
 NAME = "check_paged_decode_kernel"
 TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
-
-
-def _plain(fn, *args, **kwargs):
-    """Run a launch; the stub's NotImplementedError comes back as itself, not wrapped by Triton.
-
-    The interpreter raises ``InterpreterError(repr(e)) from e``; the compiler refuses a ``raise``
-    in a jit function with an error that quotes the line.
-    """
-    try:
-        return fn(*args, **kwargs)
-    except Exception as e:
-        seen = e
-        for _ in range(8):
-            if seen is None:
-                break
-            if isinstance(seen, NotImplementedError):
-                raise seen from None
-            seen = seen.__cause__ or seen.__context__
-        if "NotImplementedError" in str(e):
-            raise NotImplementedError(str(e)) from None
-        raise
 
 
 def _jit(fn) -> bool:
@@ -174,9 +164,12 @@ class _Case:
 
         k_cache, v_cache, table = _pool(self.dense_k, self.dense_v, self.W, self.bs, self.poison, self.seed)
         seqlens = torch.tensor(self.seqlens, dtype=torch.int32, device=device)
-        return call(self.describe(), "the kernel with your functions", _plain, decode_launch,
-                    self.q.to(device), k_cache.to(device), v_cache.to(device), seqlens, table.to(device), self.W,
-                    1 / math.sqrt(self.D), self.splits, attend=attend, merge=merge).cpu()
+        try:
+            return call(self.describe(), "the kernel with your functions", _plain, decode_launch,
+                        self.q.to(device), k_cache.to(device), v_cache.to(device), seqlens, table.to(device), self.W,
+                        1 / math.sqrt(self.D), self.splits, attend=attend, merge=merge).cpu()
+        except ExerciseFailed as e:
+            raise explained(e) from None
 
 
 def _differs(got, want, dtype) -> tuple[int, int] | None:
@@ -202,6 +195,8 @@ MERGE_PAIRS = [
     ("an empty first part (lse_a = -inf, o_a = 0)", -math.inf, 1.5),
     ("an empty second part (lse_b = -inf, o_b = 0)", 0.25, -math.inf),
     ("two empty parts (as when the combine starts and split 0 holds no block)", -math.inf, -math.inf),
+    ("logsumexps 100 apart, the second larger (0 and 100)", 0.0, 100.0),
+    ("logsumexps 100 apart, the first larger (100 and 0)", 100.0, 0.0),
 ]
 
 
@@ -218,8 +213,14 @@ def _check_merge(merge, device) -> None:
     wa = torch.where(torch.isinf(lse_a), 0.0, torch.exp(lse_a.double() - want_lse))
     wb = torch.where(torch.isinf(lse_b), 0.0, torch.exp(lse_b.double() - want_lse))
     want_o = torch.nan_to_num(o_a.double() * wa[:, None] + o_b.double() * wb[:, None])
-    lse, o = call(f"{NAME}: merge on its own", "merge", _plain, merge_pairs,
-                  *(t.to(device) for t in (lse_a, o_a, lse_b, o_b)), merge=merge)
+    lse, o, f32 = call(f"{NAME}: merge on its own", "merge", _plain, merge_pairs,
+                       *(t.to(device) for t in (lse_a, o_a, lse_b, o_b)), merge=merge, with_types=True)
+    wrong = [name for name, j in (("lse", 0), ("o", 1)) if not bool((f32[:, j] == 1).all())]
+    if wrong:
+        raise fail(f"{NAME}: merge on its own", f"merge returned {' and '.join(wrong)} in another type than float32 "
+                   "(float64, say).", hint="the combine carries (lse, o) from split to split in a loop that starts "
+                   "them float32; Triton's compiler refuses a loop-carried value that changes type (only the CPU "
+                   "interpreter lets it pass). Compute in float32, or cast back: .to(tl.float32).")
     lse, o = lse.cpu().double(), o.cpu().double()
     for i, (title, a, b) in enumerate(MERGE_PAIRS):
         case = f"merge(lse_a={a}, o_a, lse_b={b}, o_b) on its own: {title}"
@@ -238,6 +239,13 @@ def _check_merge(merge, device) -> None:
         elif math.isinf(a) or math.isinf(b):
             hint = ("an empty part (lse = -inf, o = 0) must weigh exp(-inf - m) = 0 and leave the other part as "
                     "it was; compute both weights against the larger lse, never against the empty one.")
+        elif abs(a - b) > 88 and not torch.isnan(o[i]).any() and bool((o[i] - want_o[i]).abs().max() < 1e-3):
+            hint = ("o is right but lse is not: lse = m + log(exp(lse_a - m) + exp(lse_b - m)) with m the larger lse "
+                    "(here the smaller part's weight is exp(-100), which rounds to 0: lse is the max).")
+        elif abs(a - b) > 88:
+            hint = (f"the parts' logsumexps differ by {abs(a - b):g}: a weight taken relative to one part, "
+                    "exp(lse_b - lse_a), is exp(100), which overflows float32 (past about 88) when the other part is "
+                    "the larger. Take both weights against the max, m = tl.maximum(lse_a, lse_b): each is then <= 1.")
         elif abs(a) >= 1000:
             hint = ("exp(1000) overflows and exp(-1000) underflows in float32: subtract the larger lse first, "
                     "m = tl.maximum(lse_a, lse_b), wa = exp(lse_a - m), wb = exp(lse_b - m), lse = m + log(wa + wb).")
@@ -326,6 +334,15 @@ def _check_attend(attend, own_merge, device) -> None:
         raise _mismatch(case, got, want, where, HINTS[kind] if kind != "edge" else HINTS["basic"])
 
 
+def _named_by_steps(attend, device) -> None:
+    """Raise the step-by-step failure instead when it names the slip (the kernel's probe saw only its output)."""
+    try:
+        check_steps(attend, device)
+    except ExerciseFailed as e:
+        if not getattr(e, "generic", False):
+            raise e from None
+
+
 # ------------------------------------------------------------------ 3. both, varied
 def _sweep():
     yield _Case("ragged rows, GQA", [1, 37, 70], 32, 16, 4, 2, 16, splits=3, seed=10)
@@ -345,6 +362,10 @@ def check_paged_decode_kernel(attend_block, merge=None) -> None:
     if not kernels.available():
         raise fail(f"{NAME}(attend_block, merge)", "Triton is not installed here, so no kernel can run.",
                    hint=kernels.INSTALL_HINT)
+    problem = kernels.interpreter_problem()
+    if problem:  # this machine's Triton and NumPy, not the answer: say so before anything runs
+        raise fail(f"{NAME}(attend_block, merge)", "Triton's interpreter cannot run here, whatever the answer.",
+                   hint=problem)
     from swkv_teach.kernels.decode import attend_block as own_attend, merge as own_merge
 
     attend, merge = _unpack(attend_block, merge)
@@ -360,7 +381,12 @@ def check_paged_decode_kernel(attend_block, merge=None) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the interpreter's NumPy warns on log(0) and exp overflow
         _check_merge(merge, device)
-        _check_attend(attend, own_merge, device)
+        try:
+            _check_attend(attend, own_merge, device)
+        except ExerciseFailed as failed:
+            _named_by_steps(attend, device)
+            raise failed from None
+        check_steps(attend, device)  # the state after each block: its types, extreme scores, pools that are views
         for case in _sweep():
             got = case.run(attend, merge, device)
             want = case.expected()

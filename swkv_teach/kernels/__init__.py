@@ -23,6 +23,8 @@ import sys
 
 import torch
 
+from swkv_teach.kernels._mode import interpreted
+
 __all__ = ["INSTALL_HINT", "available", "interpreted", "interpreter_problem", "paged_decode", "require_triton"]
 
 INSTALL_HINT = ("paged_decode needs Triton (Linux): pip install 'swkv-teach[test]', or pip install triton "
@@ -34,11 +36,6 @@ INSTALL_HINT = ("paged_decode needs Triton (Linux): pip install 'swkv-teach[test
 # ``import swkv_teach`` imports this package first thing for that reason.
 if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
-
-
-def interpreted() -> bool:
-    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET`` set), False when it compiles."""
-    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
 
 
 def available() -> bool:

@@ -51,10 +51,10 @@ import triton.language as tl
 
 from swkv_teach._validate import check_positive_int
 from swkv_teach.attention import _check_paged, paged_plan
-from swkv_teach.kernels import interpreted
+from swkv_teach.kernels._mode import interpreted
 
-__all__ = ["attend_block", "decode_launch", "default_num_splits", "merge", "merge_pairs", "paged_decode",
-           "split_blocks", "window_span"]
+__all__ = ["attend_block", "attend_steps", "decode_launch", "default_num_splits", "merge", "merge_pairs",
+           "paged_decode", "split_blocks", "window_span"]
 
 
 # ------------------------------------------------------------------ the two pieces exercise 12 asks for
@@ -159,28 +159,87 @@ def _combine_kernel(LSE, O, OUT, num_splits, stride_ob, stride_oh,
 
 
 @triton.jit
-def _merge_pairs_kernel(LSE_A, O_A, LSE_B, O_B, LSE, O, merge: tl.constexpr, BLOCK_D: tl.constexpr):
+def _is_f32(x):
+    # 1 where x is float32, 0 otherwise, decided when the kernel is traced (a value's dtype is static)
+    return tl.full([], 1 if x.dtype == tl.float32 else 0, tl.int32)
+
+
+@triton.jit
+def _merge_pairs_kernel(LSE_A, O_A, LSE_B, O_B, LSE, O, F32, merge: tl.constexpr, BLOCK_D: tl.constexpr):
     i = tl.program_id(0)
     offs_d = tl.arange(0, BLOCK_D)
     lse, o = merge(tl.load(LSE_A + i), tl.load(O_A + i * BLOCK_D + offs_d),
                    tl.load(LSE_B + i), tl.load(O_B + i * BLOCK_D + offs_d))
-    tl.store(LSE + i, lse)
-    tl.store(O + i * BLOCK_D + offs_d, o)
+    tl.store(F32 + 2 * i, _is_f32(lse))
+    tl.store(F32 + 2 * i + 1, _is_f32(o))
+    tl.store(LSE + i, lse.to(tl.float32))
+    tl.store(O + i * BLOCK_D + offs_d, o.to(tl.float32))
+
+
+@triton.jit
+def _attend_steps_kernel(Q, K, V, BLOCKS, STARTS, STATE0, M, L, ACC, F32, head, lo, hi,
+                         stride_block, stride_slot, stride_head, attend: tl.constexpr, STEPS: tl.constexpr,
+                         GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+                         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    offs_d = tl.arange(0, BLOCK_D)
+    q = tl.load(Q + offs_d)
+    m_i = tl.load(STATE0)
+    l_i = tl.load(STATE0 + 1)
+    acc = tl.load(STATE0 + 2 + offs_d)
+    for i in tl.static_range(STEPS):  # unrolled: each step's types are seen, even where a loop would refuse them
+        m_i, l_i, acc = attend(q, m_i, l_i, acc, K, V, tl.load(BLOCKS + i), tl.load(STARTS + i), head, lo, hi,
+                               stride_block, stride_slot, stride_head, GROUP, BLOCK_SIZE, BLOCK_N, HEAD_DIM, BLOCK_D)
+        tl.store(F32 + 3 * i, _is_f32(m_i))
+        tl.store(F32 + 3 * i + 1, _is_f32(l_i))
+        tl.store(F32 + 3 * i + 2, _is_f32(acc))
+        tl.store(M + i, m_i.to(tl.float32))
+        tl.store(L + i, l_i.to(tl.float32))
+        tl.store(ACC + i * BLOCK_D + offs_d, acc.to(tl.float32))
 
 
 # ------------------------------------------------------------------ Python side
+def attend_steps(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, blocks: list[int], starts: list[int],
+                 head: int, group: int, lo: int, hi: int, state: tuple[float, float, torch.Tensor],
+                 attend=attend_block) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run ``attend`` on pool blocks ``blocks`` (key positions from ``starts``) one after another, from ``state``.
+
+    ``q``: ``(BLOCK_D,)`` float32, already scaled, zero past headdim; ``k_cache``, ``v_cache``: pools
+    ``(num_blocks, block_size, nheads_k, headdim)`` with any strides whose headdim is contiguous (the same for
+    both); query ``head`` reads key/value head ``head // group``; ``state``: ``(m_i, l_i, acc (BLOCK_D,))`` before the first block. Returns ``m (n,)``, ``l (n,)``,
+    ``acc (n, BLOCK_D)`` after each block, and ``(n, 3)`` int32 flags, 1 where ``m``, ``l``, ``acc`` stayed
+    float32: how exercise 12's check looks at an ``attend_block`` one block at a time.
+    """
+    n, (BLOCK_D,) = len(blocks), q.shape
+    dev = q.device
+    state0 = torch.cat([torch.tensor([state[0], state[1]], dtype=torch.float32, device=dev),
+                        state[2].to(device=dev, dtype=torch.float32)])
+    m, l_ = torch.empty(n, device=dev), torch.empty(n, device=dev)
+    acc = torch.empty(n, BLOCK_D, device=dev)
+    f32 = torch.empty(n, 3, dtype=torch.int32, device=dev)
+    _attend_steps_kernel[(1,)](
+        q.float().contiguous(), k_cache, v_cache, torch.tensor(blocks, dtype=torch.int32, device=dev),
+        torch.tensor(starts, dtype=torch.int32, device=dev), state0, m, l_, acc, f32, head, lo, hi,
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), attend=attend, STEPS=n,
+        GROUP=group,
+        BLOCK_SIZE=k_cache.shape[1], BLOCK_N=triton.next_power_of_2(k_cache.shape[1]), HEAD_DIM=k_cache.shape[3],
+        BLOCK_D=BLOCK_D)
+    return m, l_, acc, f32
+
+
 def merge_pairs(lse_a: torch.Tensor, o_a: torch.Tensor, lse_b: torch.Tensor, o_b: torch.Tensor,
-                merge=merge) -> tuple[torch.Tensor, torch.Tensor]:
+                merge=merge, with_types: bool = False) -> tuple[torch.Tensor, ...]:
     """Run a ``merge`` on ``n`` pairs of partial results, one program each: ``lse_x`` ``(n,)``, ``o_x`` ``(n, d)``.
 
     ``d`` a power of two; float32. Returns the merged ``(lse (n,), o (n, d))``: how lesson 11 and
-    exercise 12's check call a merge on its own.
+    exercise 12's check call a merge on its own; ``with_types``: also ``(n, 2)`` int32 flags, 1 where
+    ``lse`` and ``o`` came back float32 (the combine's loop carries them float32).
     """
     n, d = o_a.shape
     args = [t.float().contiguous() for t in (lse_a, o_a, lse_b, o_b)]
     lse, o = torch.empty_like(args[0]), torch.empty_like(args[1])
-    _merge_pairs_kernel[(n,)](*args, lse, o, merge=merge, BLOCK_D=d)
-    return lse, o
+    f32 = torch.empty(n, 2, dtype=torch.int32, device=o.device)
+    _merge_pairs_kernel[(n,)](*args, lse, o, f32, merge=merge, BLOCK_D=d)
+    return (lse, o, f32) if with_types else (lse, o)
 
 
 def window_span(window_size: int | None, block_size: int, max_blocks_per_seq: int) -> int:

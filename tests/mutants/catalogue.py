@@ -224,16 +224,16 @@ MUTANTS = [
       "return weights.detach().float().mean(dim=(0, 1))", "return weights.detach().float()[0].mean(dim=0)",
       "scores from the first batch row only", SCORED),
     # ------------------------------------------------------------- RoPE
-    M("rope-rotation-sign", "swkv_teach/model.py",
+    M("rope-rotation-sign", "swkv_teach/rope.py",
       "return torch.cat((-x2, x1), dim=-1)", "return torch.cat((x2, -x1), dim=-1)",
       "RoPE rotates the other way", ROPE),
-    M("rope-position-offset", "swkv_teach/model.py",
+    M("rope-position-offset", "swkv_teach/rope.py",
       "freqs = torch.outer(positions.float(), inv_freq)", "freqs = torch.outer(positions.float() + 1, inv_freq)",
       "every position rotated one too far (q.k unchanged: only a direct test sees it)", ROPE),
-    M("rope-cos-sin-swapped", "swkv_teach/model.py",
+    M("rope-cos-sin-swapped", "swkv_teach/rope.py",
       "return emb.cos().to(dtype), emb.sin().to(dtype)", "return emb.sin().to(dtype), emb.cos().to(dtype)",
       "cos and sin swapped", ROPE),
-    M("rope-frequencies", "swkv_teach/model.py",
+    M("rope-frequencies", "swkv_teach/rope.py",
       "torch.arange(0, head_dim, 2, dtype=torch.float, device=device) / head_dim",
       "torch.arange(0, head_dim, 2, dtype=torch.float, device=device) / (head_dim // 2)",
       "frequencies theta^(-2i/(d/2)) instead of theta^(-2i/d)", ROPE),
@@ -830,4 +830,78 @@ MUTANTS += [
     M("varlen-tile-runs-over", "swkv_teach/attention.py",
       "idx = first[:, None] + torch.minimum(offs, n_real[:, None] - 1)", "idx = first[:, None] + offs",
       "a short tile borrows the next row's queries", VARLEN),
+]
+
+# ------------------------------------------------------------- issue 37: exercises 12 and 13, the probes added
+# Each removes one probe added for issue 37 and runs the catalogue entries written for it (tests/wrong_answers/
+# prefix_unseen.py, split_kv_unseen.py): a survivor is a probe no entry needs. Run:
+# make mutation MUTATION_ARGS="--only probe-prefix-... probe-split-kv-..."
+PREFIX_CHECK = "swkv_teach/grading/prefix.py"
+PREFIX_PROBES = "swkv_teach/grading/_prefix_probes.py"
+SPLIT_CHECK = "swkv_teach/grading/split_kv.py"
+SPLIT_STEPS = "swkv_teach/grading/_split_kv_steps.py"
+
+
+def prefix_entries(*names: str) -> list:
+    return ["tests/test_grading.py", "-k", "prefix_cache_lru and (" + " or ".join(names) + ")"]
+
+
+def split_entries(*names: str) -> list:
+    return ["tests/test_grading.py", "-k", "paged_decode_kernel and (" + " or ".join(names) + ")"]
+
+
+def prefix_probe(snippet: str, entry: str) -> Mutant:
+    """One of exercise 13's diagnosing probes taken out of ``PROBES`` (``snippet``: its entry there)."""
+    probe = snippet.split(", ")[1].split(")")[0]
+    return Mutant(f"probe-prefix-{probe.strip('_').replace('_', '-')}", PREFIX_PROBES, snippet, "",
+                  f"exercise 13's diagnosis no longer runs {probe}", prefix_entries(entry))
+
+
+MUTANTS += [
+    M("probe-prefix-id-wraps", PREFIX_CHECK,
+      "wraps = [([7 + (1 << k), 1, 150_000], [7, 1, 150_000], k) for k in (8, 16, 32)]", "wraps = []",
+      "ids squeezed into 16 or 32 bits before hashing pass", prefix_entries("ids_as_uint16", "ids_as_int32")),
+    M("probe-prefix-chain-tuple", PREFIX_CHECK, "if n == 2 * bs:  # the ids as a tuple", "if False:  # the ids as a tuple",
+      "block_hashes is never given a tuple", prefix_entries("chain_lists_only")),
+    M("probe-prefix-full-pool-type", PREFIX_CHECK, "if exp is None and isinstance(e, RuntimeError):",
+      "if exp is None:", "a full pool may raise any exception, KeyError included", prefix_entries("FullPoolKeyError")),
+    M("probe-prefix-recache", PREFIX_CHECK, "    if mine and recache:", "    if False:",
+      "cache() is never called on a block that already holds its hash", prefix_entries("RecacheRaises")),
+    M("probe-prefix-cannot-rebuild", PREFIX_CHECK, "    if isinstance(there, str):\n",
+      "    if isinstance(there, str):\n        return\n    if False:\n",
+      "a hash the second Python cannot rebuild passes silently again", prefix_entries("salt_the_check_cannot_carry")),
+    M("probe-prefix-notebook-constant-by-value", PREFIX_CHECK,
+      'node = _assignment(name, scope) if mod == "__main__" else None', "node = None",
+      "a notebook's os.urandom parent is copied by value into the second Python again, so it passes",
+      ["tests/test_grading_prefix.py", "-k", "urandom"]),
+    prefix_probe("(1, _p_allocate_counts_one), ", "AllocateCountZero"),
+    prefix_probe("(1, _p_uncached_comes_back),", "UncachedBlockLost"),
+    prefix_probe("(1, _p_evict_forgets_block_hash), ", "EvictKeepsBlockToHash"),
+    prefix_probe("(2, _p_lookup_finds_held), ", "MapKeepsFreeBlocksOnly"),
+    prefix_probe("(2, _p_cache_records_both_ways),", "CacheRecordsOneWay"),
+    prefix_probe("(4, _p_eviction_order),", "EvictsLowestNumbered or EvictsOldestCached"),
+    prefix_probe("(2, _p_acquire_takes_out), ", "HitMovedToTail"),
+    M("probe-split-kv-merge-far-apart", SPLIT_CHECK, '    ("logsumexps 100 apart, the second larger (0 and 100)", 0.0, 100.0),\n',
+      "", "merge never meets two parts whose lse differ by more than 88", split_entries("merge_relative_to_a")),
+    M("probe-split-kv-merge-types", SPLIT_CHECK, "    if wrong:\n        raise fail(f\"{NAME}: merge on its own\"",
+      "    if False:\n        raise fail(f\"{NAME}: merge on its own\"", "merge may return float64",
+      split_entries("merge_in_float64")),
+    M("probe-split-kv-steps", SPLIT_CHECK, "        check_steps(attend, device)  # the state after each block", "        pass  #",
+      "attend_block is never looked at one block at a time", split_entries("state_in_float64", "max_over_raw_scores")),
+    M("probe-split-kv-steps-names", SPLIT_CHECK, "            _named_by_steps(attend, device)\n", "",
+      "a kernel-level failure keeps its generic hint though the step probe names the slip",
+      split_entries("scaled_twice", "exp2_without_log2e")),
+    M("probe-split-kv-types", SPLIT_STEPS, "        _types(case, f32)\n", "",
+      "m_i, l_i, acc may leave a block as float64", split_entries("state_in_float64", "max_in_float64")),
+    M("probe-split-kv-very-negative", SPLIT_STEPS,
+      '    yield _Steps("a block cut by the window whose visible scores all lie below -100"',
+      '    _ = _Steps("a block cut by the window whose visible scores all lie below -100"',
+      "no block whose visible scores are all very negative", split_entries("max_over_raw_scores")),
+    M("probe-split-kv-block-edge", SPLIT_STEPS,
+      '    yield _Steps("cache_seqlens on a block edge: hi = 32, the last block full"',
+      '    _ = _Steps("cache_seqlens on a block edge: hi = 32, the last block full"',
+      "no step scenario ends exactly on a block edge", split_entries("last_block_count_mod")),
+    M("probe-split-kv-layouts", SPLIT_STEPS, '    for layout in ("fused", "heads first", "padded"):',
+      "    for layout in ():", "every pool is contiguous again, so hard-coded strides pass",
+      split_entries("head_stride_is_head_dim", "block_stride_from_slots", "slot_stride_from_block")),
 ]

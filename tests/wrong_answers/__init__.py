@@ -27,10 +27,11 @@ def wrong(check: str, *words: str, needs_accelerator: bool = False):
 
 def load() -> list:
     """Every registered wrong answer (importing the modules registers them)."""
-    from tests.wrong_answers import chunk, decode, h2o, int8, lru, masks, paged, prefix, ring, sinks, sliding  # noqa: F401
+    from tests.wrong_answers import (chunk, decode, h2o, int8, lru, masks, paged, prefix, prefix_unseen,  # noqa: F401
+                                     ring, sinks, sliding)
 
     if importlib.util.find_spec("triton") is not None:  # exercise 12 answers are @triton.jit functions
-        from tests.wrong_answers import split_kv  # noqa: F401
+        from tests.wrong_answers import split_kv, split_kv_unseen  # noqa: F401
     if importlib.util.find_spec("transformers") is not None:  # exercise 11's answers subclass transformers' classes
         from tests.wrong_answers import hf_layer  # noqa: F401
     return CATALOGUE
