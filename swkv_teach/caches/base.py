@@ -118,7 +118,8 @@ class KVCache(ABC):
         are the parameters themselves): a state taken now does not change as the cache
         goes on. Layout of the dict: :mod:`swkv_teach.caches._state`.
         """
-        return {"kind": type(self).__name__, **self._config(), "layout": self._state_layout(), **self._state()}
+        state = {"kind": type(self).__name__, **self._config(), "layout": self._state_layout(), **self._state()}
+        return {k: v for k, v in state.items() if k not in self._optional or v != self._optional[k]}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Become the cache that produced ``state_dict``; its tensors are copied in.
@@ -139,6 +140,7 @@ class KVCache(ABC):
 
     # what a subclass says about its state (see caches/_state.py)
     _state_keys: tuple[str, ...] = ()  # keys of _state(), checked strictly on load
+    _optional: dict = {}  # entries left out of a state at their default (value); see caches/_state.py
 
     def _config(self) -> dict:
         """Constructor settings a state must match exactly (window, sinks, budget...)."""
