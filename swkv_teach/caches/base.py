@@ -15,6 +15,9 @@ Two counts are kept apart on purpose:
 Besides the hot path every cache has the service verbs: ``stats()`` (counts for
 monitoring), ``state_dict()`` and ``load_state_dict(sd)`` (persistence with
 PyTorch's conventions; the shared checks are in :mod:`swkv_teach.caches._state`).
+A cache that can take its last tokens back (the ring, and sinks, built with ``lookahead``
+slots for speculative decoding) adds ``rollback(r)`` and ``rollback_limit``
+(:mod:`swkv_teach.caches.ring`, :mod:`swkv_teach.speculative`).
 
 A decoder that takes rotary positions from ``len`` instead of ``seen`` breaks
 as soon as the window is full (``len`` stops growing, positions do not);
