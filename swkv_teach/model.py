@@ -690,7 +690,8 @@ class Decoder(nn.Module):
                                  f"got cache={cache!r}, compile={compile!r}")
             from swkv_teach.speculative import speculative_generate  # it builds on this module's Decoder
 
-            return speculative_generate(self, prompt_ids, max_new_tokens, speculative, temperature, top_k, generator)[0]
+            out, _ = speculative_generate(self, prompt_ids, max_new_tokens, speculative, temperature, top_k, generator)
+            return out
 
         if compile is not False:
             if compile is not True and not isinstance(compile, str):

@@ -59,7 +59,8 @@ def check_update(cache, ref: Reference, c: int, W: int, S: int) -> None:
     for row, i in enumerate(q.tolist()):
         seen = {(int(pos[j]), int(k[0, 0, j, 0])) for j in torch.nonzero(mask[row]).flatten().tolist()}
         want = {(j, ref.serials[j]) for j in range(n) if allowed(i, j, W, S)}
-        assert seen == want, f"query {i} (W={W}, sinks={S}, lookahead={cache.lookahead}) sees {sorted(seen)}; expected {sorted(want)}"
+        assert seen == want, (f"query {i} (W={W}, sinks={S}, lookahead={cache.lookahead}) sees {sorted(seen)}; "
+                              f"expected {sorted(want)}")
         for j in torch.nonzero(mask[row]).flatten().tolist():  # a visible key is rotated at the position reported
             assert int(k[0, 0, j, 1]) == int(pos[j])
     if c == 1 and cache.one_token_in_window:  # the decoder then skips the mask: it must be all True
