@@ -573,6 +573,7 @@ class Decoder(nn.Module):
         seed: int | None = None,
         num_sinks: int = 4,
         compile: bool | str = False,
+        speculative=None,
     ) -> torch.Tensor:
         """Continue ``prompt_ids`` ``(B, Tp)`` by ``max_new_tokens``; returns ``(B, Tp + max_new_tokens)``.
 
@@ -586,6 +587,12 @@ class Decoder(nn.Module):
         string such as ``"reduce-overhead"`` for CUDA graphs, or ``"aot"``: compiled
         ahead of time by AOTInductor); the prompt stays eager.
         The first call compiles (seconds); later calls of the same batch size reuse the graph.
+
+        ``speculative``: a drafter (:class:`~swkv_teach.speculative.PromptLookup`,
+        :func:`~swkv_teach.speculative.early_exit`, :class:`~swkv_teach.speculative.DraftModel`), batch 1,
+        ``cache="ring"``: each step drafts ``k`` tokens, verifies them in one forward over rings with
+        ``k`` lookahead slots and rolls back the rejected ones (:mod:`swkv_teach.speculative`). Greedy,
+        the same tokens; sampled, the same distribution.
         """
         self._check_ids("prompt_ids", prompt_ids)
         check_nonnegative_int("max_new_tokens", max_new_tokens)
@@ -597,6 +604,14 @@ class Decoder(nn.Module):
         generator = None
         if seed is not None:
             generator = torch.Generator(device=prompt_ids.device).manual_seed(check_nonnegative_int("seed", seed))
+        if speculative is not None:
+            if cache != "ring" or compile is not False:
+                raise ValueError(f"speculative decoding runs on cache='ring' (it rolls back), not compiled; "
+                                 f"got cache={cache!r}, compile={compile!r}")
+            from swkv_teach.speculative import speculative_generate  # it builds on this module's Decoder
+
+            out, _ = speculative_generate(self, prompt_ids, max_new_tokens, speculative, temperature, top_k, generator)
+            return out
 
         if compile is not False:
             if compile is not True and not isinstance(compile, str):

@@ -10,6 +10,11 @@ kinds of entries::
      "layout": [1, 2, 24, "float32"],             # (batch, heads, head_dim, dtype), None while empty
      "seen": 70, "k": tensor, "v": tensor, ...}   # the rest: what decides the cache's future outputs
 
+An entry a cache lists in ``_optional`` (a setting or a state entry added later, such as the
+ring's ``lookahead``) is left out of the state while it has its default, and a state without it
+reads as that default: a state saved before the entry existed loads unchanged, and a cache that
+does not use the feature saves what it always saved.
+
 Loading checks everything before it changes anything (:func:`check_many`):
 the kind, the settings, the keys, the tensors' shapes, the layout against
 the one the cache already holds (a fresh or reset cache takes the state's),
@@ -86,13 +91,15 @@ def check_one(cache, state_dict) -> None:
         raise ValueError(f"{owner}: a state must be a dict (from state_dict()); got {type(state_dict).__name__}")
     if state_dict.get("kind") != owner:
         raise ValueError(f"kind differs: the state is of a {state_dict.get('kind')!r}, this cache is a {owner!r}")
-    config = cache._config()
-    differs = [f"{k} is {state_dict[k]!r} in the state but {v!r} in this cache"
-               for k, v in config.items() if k in state_dict and state_dict[k] != v]
+    config, optional = cache._config(), cache._optional
+    given = {**{k: v for k, v in optional.items() if k in config}, **state_dict}  # a left-out setting is its default
+    differs = [f"{k} is {given[k]!r} in the state but {v!r} in this cache"
+               for k, v in config.items() if k in given and given[k] != v]
     if differs:
         raise ValueError(f"{owner}: settings differ: " + "; ".join(differs))
     want = set(HEADER) | set(config) | set(cache._state_keys)
-    missing, extra = sorted(want - set(state_dict)), sorted(set(state_dict) - want)
+    missing = sorted(want - set(state_dict) - set(optional))
+    extra = sorted(set(state_dict) - want - set(optional))
     if missing or extra:
         raise ValueError(f"{owner}: the state lacks keys {missing} and has unexpected keys {extra}")
     expect_int(owner, "seen", state_dict["seen"])

@@ -15,6 +15,9 @@ Two counts are kept apart on purpose:
 Besides the hot path every cache has the service verbs: ``stats()`` (counts for
 monitoring), ``state_dict()`` and ``load_state_dict(sd)`` (persistence with
 PyTorch's conventions; the shared checks are in :mod:`swkv_teach.caches._state`).
+A cache that can take its last tokens back (the ring, and sinks, built with ``lookahead``
+slots for speculative decoding) adds ``rollback(r)`` and ``rollback_limit``
+(:mod:`swkv_teach.caches.ring`, :mod:`swkv_teach.speculative`).
 
 A decoder that takes rotary positions from ``len`` instead of ``seen`` breaks
 as soon as the window is full (``len`` stops growing, positions do not);
@@ -118,7 +121,8 @@ class KVCache(ABC):
         are the parameters themselves): a state taken now does not change as the cache
         goes on. Layout of the dict: :mod:`swkv_teach.caches._state`.
         """
-        return {"kind": type(self).__name__, **self._config(), "layout": self._state_layout(), **self._state()}
+        state = {"kind": type(self).__name__, **self._config(), "layout": self._state_layout(), **self._state()}
+        return {k: v for k, v in state.items() if k not in self._optional or v != self._optional[k]}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Become the cache that produced ``state_dict``; its tensors are copied in.
@@ -139,6 +143,7 @@ class KVCache(ABC):
 
     # what a subclass says about its state (see caches/_state.py)
     _state_keys: tuple[str, ...] = ()  # keys of _state(), checked strictly on load
+    _optional: dict = {}  # entries left out of a state at their default (value); see caches/_state.py
 
     def _config(self) -> dict:
         """Constructor settings a state must match exactly (window, sinks, budget...)."""

@@ -17,6 +17,30 @@ or :meth:`ordered`.
 Once full, a one-token update is two ``copy_`` calls into views prepared
 when the buffer was allocated: no allocation, no O(W) copy.
 
+Taking tokens back (speculative decoding)
+-----------------------------------------
+``RingBufferKVCache(W, lookahead=k)`` keeps ``W + k`` slots, token ``p`` in slot
+``p % (W + k)``, so a verify of ``k + 1`` tokens overwrites only tokens older
+than every verified query's window, and :meth:`~RingBufferKVCache.rollback`
+takes back up to ``k`` of them by moving a counter (no tensor copied)::
+
+    W = 3, k = 2 (5 slots), one token per step
+    seen   slots [0,  1,  2,  3,  4 ]   window of the next query (position seen)
+      7    [p5, p6, p2, p3, p4]         p5, p6 (+ itself): p2..p4 kept for a rollback
+    verify p7, p8, p9 (a chunk: each query masked to its own window)
+     10    [p5, p6, p7, p8, p9]         p2, p3, p4 overwritten: outside every window from 7 on
+    rollback(2): p8, p9 rejected
+      8    [p5, p6, p7, p8, p9]         nothing moved; slots 3, 4 are stale, and the
+                                        positions the ring reports for them (3, 4) are
+                                        outside the next query's window (6, 7, 8), so masked
+
+Once tokens leave the window their slots are reused, so a rollback can go back only
+as far as leaves the next query's whole window in the ring: :attr:`~RingBufferKVCache.rollback_limit`
+(``k + 1`` once the ring has wrapped with no rollback since; every token before it has).
+A ring with lookahead returns up to ``W + k`` keys for one token, some outside its
+window, so it is masked (``one_token_in_window`` is False); ``lookahead=0`` is the
+plain ring, unchanged.
+
 Window convention: :mod:`swkv_teach.masks`.
 """
 
@@ -24,7 +48,7 @@ from __future__ import annotations
 
 import torch
 
-from swkv_teach._validate import check_kv, check_positive_int
+from swkv_teach._validate import check_kv, check_nonnegative_int, check_positive_int
 from swkv_teach.caches import _state
 from swkv_teach.caches.base import KVCache
 
@@ -43,30 +67,36 @@ class RingBufferKVCache(KVCache):
     num_sinks = 0  # slots pinned to the first positions; SinkKVCache sets it
     one_token_in_window = True  # a one-token update returns the filled slots: sinks and the last W (base.py)
 
-    def __init__(self, window_size: int):
+    def __init__(self, window_size: int, lookahead: int = 0):
         self.window_size = check_positive_int("window_size", window_size)
+        self.lookahead = check_nonnegative_int("lookahead", lookahead)
+        self._period = window_size + lookahead  # window slots cycle with this period
+        if lookahead:  # a one-token update also returns the up to k tokens kept for a rollback
+            self.one_token_in_window = False
         self.reset()
 
     # ----------------------------------------------------------------- slots
     @property
     def capacity(self) -> int:
-        """Slots in the buffer: ``num_sinks + window_size``."""
-        return self.num_sinks + self.window_size
+        """Slots in the buffer: ``num_sinks + window_size + lookahead``."""
+        return self.num_sinks + self._period
 
     def _slots_of(self, positions: torch.Tensor) -> torch.Tensor:
-        """Slot of each absolute position: sinks in front, the rest cycling through the window."""
-        S, W = self.num_sinks, self.window_size
-        return torch.where(positions < S, positions, S + (positions - S) % W)
+        """Slot of each absolute position: sinks in front, the rest cycling through ``W + lookahead`` slots."""
+        S, P = self.num_sinks, self._period
+        return torch.where(positions < S, positions, S + (positions - S) % P)
 
     def _slot_positions(self, seen: int) -> torch.Tensor:
         """Absolute position held by each filled slot after ``seen`` tokens (slot order).
 
-        A window slot ``s = S + r`` holds the latest ``p < seen`` with ``p ≡ S + r (mod W)``,
-        that is ``p = s + W * ((seen - 1 - s) // W)``; a sink slot holds ``p = s``.
+        A window slot ``s = S + r`` holds the latest ``p < seen`` with ``p ≡ S + r (mod P)``,
+        ``P = W + lookahead``, that is ``p = s + P * ((seen - 1 - s) // P)``; a sink slot holds ``p = s``.
+        After a rollback a slot may hold a rolled-back token instead; the position this formula
+        gives it is then older than :meth:`_oldest_held`, outside the next query's window.
         """
-        S, W = self.num_sinks, self.window_size
+        S, P = self.num_sinks, self._period
         slot = self._slot_index[: min(seen, self.capacity)]
-        p = slot + W * torch.div((seen - 1) - slot, W, rounding_mode="floor")
+        p = slot + P * torch.div((seen - 1) - slot, P, rounding_mode="floor")
         return torch.where(slot < S, slot, p) if S else p
 
     # ---------------------------------------------------------------- update
@@ -112,7 +142,7 @@ class RingBufferKVCache(KVCache):
         S = self.num_sinks
         self._seen = seen + 1
         self._positions = None  # recomputed on demand: the hot path stays two copies
-        return seen if seen < S else S + (seen - S) % self.window_size
+        return seen if seen < S else S + (seen - S) % self._period
 
     def _allocate(self, like: torch.Tensor) -> None:
         B, H, _, D = like.shape
@@ -156,14 +186,15 @@ class RingBufferKVCache(KVCache):
         counts its token here afterwards, and ``seen``, ``positions`` and ``state_dict`` stay what
         ``update`` would have made them.
         """
-        if self.num_sinks:
-            raise ValueError("a compiled ring step writes slot position % W: it serves rings without sinks")
+        if self.num_sinks or self.lookahead:
+            raise ValueError("a compiled ring step writes slot position % W: it serves rings without sinks or lookahead")
         self._claim_slot()
 
     def _update_chunk(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        S, W, n = self.num_sinks, self.window_size, self._seen
+        S, W, P, n = self.num_sinks, self.window_size, self._period, self._seen
         tokens = k_new.shape[2]
-        # stored keys the chunk's first query (position n) may see: sinks and j > n - W
+        # stored keys the chunk's first query (position n) may see: sinks and j > n - W (a slot a
+        # rollback left stale reports a position <= n - W, see _slot_positions: never kept)
         held = self._slot_positions(n)
         keep = torch.nonzero((held < S) | (held > n - W)).flatten()
         keep = keep[torch.argsort(held[keep])]  # chronological
@@ -171,13 +202,56 @@ class RingBufferKVCache(KVCache):
         k = torch.cat([self.k_buf.index_select(2, keep), k_new], dim=2)
         v = torch.cat([self.v_buf.index_select(2, keep), v_new], dim=2)
         self._positions = torch.cat([held[keep], new_pos])
-        # store the chunk's tokens that survive it: sinks and the last W
-        survive = torch.nonzero((new_pos < S) | (new_pos >= n + tokens - W)).flatten()
+        # store the chunk's tokens that survive it: sinks and the last W + lookahead (a rollback may need them)
+        survive = torch.nonzero((new_pos < S) | (new_pos >= n + tokens - P)).flatten()
         slots = self._slots_of(new_pos[survive])
         self.k_buf.index_copy_(2, slots, k_new.index_select(2, survive))
         self.v_buf.index_copy_(2, slots, v_new.index_select(2, survive))
         self._seen = n + tokens
         return k, v
+
+    # ------------------------------------------------------------ taking tokens back
+    @property
+    def rollback_limit(self) -> int:
+        """Most tokens :meth:`rollback` can take back now: every one before the ring wraps, then
+        as many as leave the next query's window ``seen - W < j < seen`` whole in the ring
+        (``lookahead + 1`` right after a write past the wrap, fewer after a rollback)."""
+        oldest = self._oldest_held()
+        if oldest == self.num_sinks:  # no window token overwritten yet: any of them can go
+            return self._seen
+        return self._seen - (oldest + self.window_size - 1)  # the next query needs oldest + W - 1 .. seen - 1
+
+    def rollback(self, r: int) -> None:
+        """Forget the last ``r`` tokens, as if they had never been passed to ``update``: O(1), no tensor copied.
+
+        ``seen`` goes back by ``r``; the next ``update`` writes position ``seen`` into the slot the
+        first forgotten token held. Raises ``ValueError`` (the cache unchanged) for ``r`` outside
+        ``[0, rollback_limit]``: tokens whose slots were reused cannot come back.
+        """
+        limit = self.rollback_limit
+        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r <= limit:
+            raise ValueError(
+                f"rollback: r must be an int in [0, {limit}] (the tokens this ring can take back now: "
+                f"window_size={self.window_size}, lookahead={self.lookahead}, seen={self._seen}); got {r!r}"
+            )
+        if r:
+            self._top = max(self._top, self._seen)
+            self._seen -= r
+            self._positions = None
+
+    def _oldest_held(self) -> int:
+        """Oldest window position still in its slot: ``top - (W + lookahead)``, at least ``num_sinks``.
+
+        ``top`` is one past the highest position ever written: a slot is overwritten only by a
+        position congruent to it, so after a rollback (``seen < top``) the slots of ``seen ..
+        top - 1`` hold rolled-back tokens and everything from ``top - (W + lookahead)`` to
+        ``seen - 1`` is intact.
+        """
+        return max(self.num_sinks, max(self._top, self._seen) - self._period)
+
+    def _held(self, positions: torch.Tensor) -> torch.Tensor:
+        """Which of ``_slot_positions``' entries are tokens still held (not stale slots left by a rollback)."""
+        return (positions < self.num_sinks) | (positions >= self._oldest_held())
 
     # ------------------------------------------------------------ interface
     @property
@@ -205,12 +279,15 @@ class RingBufferKVCache(KVCache):
         """
         if self.k_buf is None:
             raise RuntimeError("the cache is empty: call update() before ordered()")
-        order = torch.argsort(self._slot_positions(self._seen))
+        held = self._slot_positions(self._seen)
+        keep = torch.nonzero(self._held(held)).flatten()
+        order = keep[torch.argsort(held[keep])]
         return self.k_buf.index_select(2, order), self.v_buf.index_select(2, order)
 
     def stored_positions(self) -> torch.Tensor:
         """Absolute positions of the stored tokens, chronologically (matching :meth:`ordered`)."""
-        return torch.sort(self._slot_positions(self._seen)).values
+        held = self._slot_positions(self._seen)
+        return torch.sort(held[self._held(held)]).values
 
     def reset(self) -> None:
         self.k_buf = self.v_buf = None
@@ -220,34 +297,47 @@ class RingBufferKVCache(KVCache):
         self._slot_index = torch.zeros(0, dtype=torch.long)
         self._whole = None
         self._seen = 0
+        self._top = 0  # one past the highest position written, kept up to date by rollback only
         self._positions = None
 
     def __len__(self) -> int:
-        return min(self._seen, self.capacity)
+        """Tokens held: the window, what a rollback may still need, sinks; never a stale slot."""
+        if self._top <= self._seen:  # no rollback since the last write past it: every filled slot holds
+            return min(self._seen, self.capacity)
+        S = self.num_sinks
+        return min(self._seen, S) + max(0, self._seen - max(S, self._oldest_held()))
 
     # ------------------------------------------------ persistence (caches/_state.py)
     # The buffers are saved whole, in slot order: a restored ring returns its keys in the
     # same order, so attention sums them in the same order and the logits match bit for bit.
+    # "lookahead" and "top" are left out at their defaults (0; top = seen, no rollback pending),
+    # so a plain ring's state reads as it did before rings could roll back (_state.OPTIONAL).
     _state_keys = ("seen", "positions", "k", "v")
+    _optional = {"lookahead": 0, "top": None}
 
     def _config(self) -> dict:
-        return {"window_size": self.window_size, "num_sinks": self.num_sinks}
+        return {"window_size": self.window_size, "num_sinks": self.num_sinks, "lookahead": self.lookahead}
 
     def _state_layout(self) -> list | None:
         return _state.layout(self.k_buf)
 
     def _stats_extra(self) -> dict:
-        return {"sinks_held": min(self._seen, self.num_sinks)} if self.num_sinks else {}
+        extra = {"sinks_held": min(self._seen, self.num_sinks)} if self.num_sinks else {}
+        if self.lookahead:
+            extra.update(lookahead=self.lookahead, rollback_limit=self.rollback_limit)
+        return extra
 
     def _state(self) -> dict:
+        top = max(self._top, self._seen)
         return {"seen": self._seen, "positions": _state.copy(self.positions),
-                "k": _state.copy(self.k_buf), "v": _state.copy(self.v_buf)}
+                "k": _state.copy(self.k_buf), "v": _state.copy(self.v_buf), "top": top if top > self._seen else None}
 
     def _check_state(self, sd: dict) -> None:
         check_ring_state(self, sd, ("k", "v"), sd["layout"])
 
     def _load_state(self, sd: dict) -> None:
         self._restore(sd["k"], sd["v"], sd["seen"], sd["positions"])
+        self._top = sd.get("top") or 0
 
     def _restore(self, k, v, seen: int, positions) -> None:
         """Hold buffers ``k``, ``v`` ``(B, H, capacity, D)`` (copied) after ``seen`` tokens; None: empty."""
@@ -279,10 +369,13 @@ def check_ring_state(cache, sd: dict, buffers: tuple[str, ...], lay, last_dims: 
     if lay is None:
         raise ValueError(f"{name}: state has seen={seen} but no layout")
     B, H, D, dt = lay
+    capacity = cache.window_size + getattr(cache, "num_sinks", 0) + getattr(cache, "lookahead", 0)
     for b in buffers:
         last, dtype = (last_dims or {}).get(b, (D, _state.dtype_from_name(dt)))
-        capacity = cache.window_size + getattr(cache, "num_sinks", 0)
         _state.expect_tensor(name, b, sd[b], (B, H, capacity, last), dtype)
+    top = sd.get("top")
+    if top is not None:  # a rollback is pending: rolled-back slots must not reach into the next query's window
+        _state.expect_int(name, "top", top, seen + 1, max(capacity, seen + getattr(cache, "lookahead", 0) + 1))
     p = sd["positions"]
     if not isinstance(p, torch.Tensor) or p.dim() != 1 or p.dtype != torch.long or len(p) > seen:
         raise ValueError(f"{name}: state['positions'] must be a 1-D long tensor of at most seen={seen} positions")

@@ -37,9 +37,10 @@ class SinkKVCache(RingBufferKVCache):
 
     Same interface as the ring buffer: ``update`` returns filled slots in slot
     order for one token (sinks first), ``positions`` their absolute positions,
-    ``ordered()`` a chronological copy, ``seen`` tokens seen.
+    ``ordered()`` a chronological copy, ``seen`` tokens seen; ``lookahead`` and
+    ``rollback`` as the ring's (sinks are never overwritten, so never lost to a rollback).
     """
 
-    def __init__(self, num_sinks: int, window_size: int):
+    def __init__(self, num_sinks: int, window_size: int, lookahead: int = 0):
         self.num_sinks = check_positive_int("num_sinks", num_sinks)
-        super().__init__(window_size)
+        super().__init__(window_size, lookahead)
