@@ -127,7 +127,8 @@ print("naive / ring at W=1024 (best repeats):"
 # * the decode speed of a tiny Mistral: our `Decoder` with ring and naive caches, and Hugging Face's
 #   `MistralForCausalLM`, same weights (section 3).
 #
-# `quick=True` keeps each measurement short (a few seconds in all). `swkv-teach bench` runs the
+# `quick=True` keeps each measurement short (the cells still run for a while: every cache at four windows,
+# then three decoders, once to warm up and once timed). `swkv-teach bench` runs the
 # full-size version from a shell.
 
 # %%

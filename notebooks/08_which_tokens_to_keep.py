@@ -597,18 +597,18 @@ print("sinks at cache positions are within 0.02 nats/char of the window:",
 EvictionExplorer(window_size=8, steps=40, policy="h2o", model=full, tokenizer=tok)
 
 # %% [markdown]
-# No live kernel (reading this on GitHub)? The same picture at step 30, drawn from a recorded trace (H2O
-# with $B = 8$, 4 of them recent):
+# No live kernel (reading this on GitHub)? The same kind of picture, drawn from a recorded trace of the
+# explorer's stream, its first 22 characters (short enough for the drawing to fit a page), at step 20
+# (H2O with $B = 8$, 4 of them recent):
 
 # %%
-# the explorer's own stream, its first 40 characters
-SNIPPET = DEFAULT_TEXT[:40]
+SNIPPET, STEP = DEFAULT_TEXT[:22], 20
 h2o_trace = record_attention("h2o", 8, full, tok.encode(SNIPPET), recent=4,
                              tokens=tuple(SNIPPET))
-print("H2O (B = 8, recent 4) holds at step 30:", h2o_trace[30].cached)
-print("a window of 8 holds:                    ",
-      record("ring", 8, len(SNIPPET))[30].cached)
-plot_scored_step(h2o_trace, record("ring", 8, len(SNIPPET)), 30)
+window_trace = record("ring", 8, len(SNIPPET))
+print(f"H2O (B = 8, recent 4) holds at step {STEP}:", h2o_trace[STEP].cached)
+print("a window of 8 holds:                    ", window_trace[STEP].cached)
+plot_scored_step(h2o_trace, window_trace, STEP)
 
 # %% [markdown]
 # In the figure, H2O's four heavy hitters are the first characters of the snippet, `def` and the `a` of `area`: they have
