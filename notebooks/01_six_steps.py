@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 1 — A sliding-window KV cache in six steps
 #
-# **Time:** about 45 minutes for the lesson, plus 15–30 for [exercise 02](../exercises/02_sliding_window_cache.ipynb), which you do in the middle of the lesson, before you see step 4's code. **You need:** lesson 0 (why a window bounds the cache, the convention).
+# **Time:** about 50 minutes for the lesson, plus 15–30 for [exercise 02](../exercises/02_sliding_window_cache.ipynb), which you do in the middle of the lesson, before you see step 4's code. **You need:** lesson 0 (why a window bounds the cache, the convention).
 #
 # **By the end you will be able to**
 #
@@ -44,7 +44,8 @@ dev = swkv_teach.device()
 
 
 def tok(x):
-    # one token with a scalar key x and value 10x: shapes (batch=1, heads=1, tokens=1, head_dim=1)
+    # one token with a scalar key x and value 10x: shapes (batch=1, heads=1, tokens=1,
+    # head_dim=1)
     k = torch.tensor([[[[x]]]], device=dev)
     return k, 10 * k
 
@@ -69,10 +70,12 @@ print("running on", dev)
 
 # %%
 class SlidingWindowKVCache:
+
     def __init__(self, window_size: int):
         self.window_size = window_size  # NEW
-        self.k = None                   # NEW: (batch, heads, tokens, head_dim) after the first update
-        self.v = None                   # NEW
+        # NEW: (batch, heads, tokens, head_dim) after the first update
+        self.k = None
+        self.v = None  # NEW
 
 
 # %%
@@ -89,15 +92,17 @@ print("window:", cache.window_size, "| k:", cache.k, "| v:", cache.v)
 
 # %%
 class SlidingWindowKVCache:
+
     def __init__(self, window_size: int):
         self.window_size = window_size
         self.k = None
         self.v = None
 
-    def update(self, k_new, v_new):                 # NEW
-        if self.k is None:                          # NEW: nothing to concatenate onto yet
-            self.k, self.v = k_new, v_new           # NEW
-        return self.k, self.v                       # NEW
+    def update(self, k_new, v_new):  # NEW
+        # NEW: nothing to concatenate onto yet
+        if self.k is None:
+            self.k, self.v = k_new, v_new  # NEW
+        return self.k, self.v  # NEW
 
 
 # %%
@@ -116,10 +121,11 @@ for x in [1.0, 2.0]:
 # ## Step 3 — Append along the token axis
 #
 # Tensors are laid out `(batch, heads, tokens, head_dim)`, so tokens live on **dim 2**.
-# `torch.cat` along that axis turns `(B, H, t, D)` plus `(B, H, 1, D)` into `(B, H, t + 1, D)`.
+# `torch.cat` along that axis turns `(B, H, t, D)` plus `(B, H, 1, D)` into $(B, H, t + 1, D)$.
 
 # %%
 class SlidingWindowKVCache:
+
     def __init__(self, window_size: int):
         self.window_size = window_size
         self.k = None
@@ -128,9 +134,10 @@ class SlidingWindowKVCache:
     def update(self, k_new, v_new):
         if self.k is None:
             self.k, self.v = k_new, v_new
-        else:                                               # NEW
-            self.k = torch.cat([self.k, k_new], dim=2)      # NEW: (B, H, t, D) -> (B, H, t + 1, D)
-            self.v = torch.cat([self.v, v_new], dim=2)      # NEW
+        else:  # NEW
+            # NEW: (B, H, t, D) -> (B, H, t + 1, D)
+            self.k = torch.cat([self.k, k_new], dim=2)
+            self.v = torch.cat([self.v, v_new], dim=2)  # NEW
         return self.k, self.v
 
 
@@ -165,6 +172,7 @@ for x in [1.0, 2.0, 3.0, 4.0, 5.0]:
 
 # %%
 class SlidingWindowKVCache:
+
     def __init__(self, window_size: int):
         self.window_size = window_size
         self.k = None
@@ -176,9 +184,10 @@ class SlidingWindowKVCache:
         else:
             self.k = torch.cat([self.k, k_new], dim=2)
             self.v = torch.cat([self.v, v_new], dim=2)
-        if self.k.shape[2] > self.window_size:                  # NEW
-            self.k = self.k[:, :, -self.window_size:]           # NEW: keep the last W tokens
-            self.v = self.v[:, :, -self.window_size:]           # NEW
+        if self.k.shape[2] > self.window_size:  # NEW
+            # NEW: keep the last W tokens
+            self.k = self.k[:, :, -self.window_size:]
+            self.v = self.v[:, :, -self.window_size:]  # NEW
         return self.k, self.v
 
 
@@ -194,13 +203,14 @@ for x in [1.0, 2.0, 3.0, 4.0, 5.0]:
 #
 # **A subtlety worth knowing (and worth saying in an interview): the slice does not copy.**
 # `self.k[:, :, -W:]` is a *view*: a new tensor header pointing into the memory that `torch.cat`
-# just allocated for `W + 1` tokens, starting one token in. Slicing is O(1). The O(W) cost is the
+# just allocated for $W + 1$ tokens, starting one token in. Slicing is O(1). The O(W) cost is the
 # `torch.cat`, which allocates a new tensor and copies all stored tokens plus the new one into it,
 # **at every step**. Lesson 3 measures that cost and removes it with a ring buffer.
 
 # %%
 k = cache.k
-storage_tokens = k.untyped_storage().nbytes() // k.element_size()  # head_dim = 1: one number per token
+# head_dim = 1: one number per token
+storage_tokens = k.untyped_storage().nbytes() // k.element_size()
 print("tokens visible in cache.k:      ", k.shape[2])
 print("tokens in the memory behind it: ", storage_tokens)
 print("cache.k starts at element       ", k.storage_offset(), "of that memory")
@@ -209,16 +219,19 @@ print("cache.k starts at element       ", k.storage_offset(), "of that memory")
 # You may meet a comment on this line claiming that the slice "is O(window_size) to copy but keeps
 # the cache tensor contiguous". Neither half holds. The slice copies nothing, as just shown. And
 # with more than one head it is *not* contiguous: each head's rows skip over the evicted token. It
-# is the **next** `torch.cat` that copies the whole window into a fresh tensor of `W + 1` tokens,
+# is the **next** `torch.cat` that copies the whole window into a fresh tensor of $W + 1$ tokens,
 # which is then sliced again.
 
 # %%
 two_heads = SlidingWindowKVCache(window_size=3)
 for x in [1.0, 2.0, 3.0, 4.0]:
-    k_new = torch.full((1, 2, 1, 1), x, device=dev)          # 2 heads, same scalar key in both
+    # 2 heads, same scalar key in both
+    k_new = torch.full((1, 2, 1, 1), x, device=dev)
     two_heads.update(k_new, 10 * k_new)
-print("2 heads, keys of head 0:", show(two_heads.k[:, :1]), "| contiguous?", two_heads.k.is_contiguous())
-print("strides (batch, heads, tokens, head_dim):", two_heads.k.stride(), "- a head is 4 tokens apart, not 3")
+print("2 heads, keys of head 0:", show(two_heads.k[:, :1]), "| contiguous?",
+      two_heads.k.is_contiguous())
+print("strides (batch, heads, tokens, head_dim):", two_heads.k.stride(),
+      "- a head is 4 tokens apart, not 3")
 
 
 # %% [markdown]
@@ -228,7 +241,7 @@ print("strides (batch, heads, tokens, head_dim):", two_heads.k.stride(), "- a he
 # over exactly these keys, so returning anything else changes the model. A tempting mistake is to
 # return the concatenated tensor before evicting it. Here is that mistake as a sibling class: the
 # query at position 3 (key `4.0`) would then see the key at position 0, which the window rule
-# `i - W < j <= i` forbids.
+# $i - W < j \le i$ forbids.
 
 # %%
 class EvictsAfterReturning(SlidingWindowKVCache):
@@ -248,9 +261,11 @@ for cls in [SlidingWindowKVCache, EvictsAfterReturning]:
     cache = cls(window_size=W)
     for x in [1.0, 2.0, 3.0, 4.0]:
         k, v = cache.update(*tok(x))
-    positions = [int(x) - 1 for x in show(k)]              # key x. is the token at position x - 1
+    # key x. is the token at position x - 1
+    positions = [int(x) - 1 for x in show(k)]
     ok = [bool(allowed(3, j, W)) for j in positions]
-    print(f"{cls.__name__:>21}: query 3 attends positions {positions}, allowed: {ok}")
+    print(f"{cls.__name__:>21}: query 3 attends positions {positions},")
+    print(f"{'':>23}allowed: {ok}")
 
 
 # %% [markdown]
@@ -279,9 +294,11 @@ for _ in range(steps):
     lengths["unbounded"].append(unbounded.update(k_new, v_new)[0].shape[2])
 
 for name, n in lengths.items():
-    print(f"{name:>9}: length after 10, 100, 1000 updates = {n[9]}, {n[99]}, {n[999]}; longest {max(n)}")
+    print(f"{name:>9}: length after 10, 100, 1000 updates = {n[9]}, {n[99]}, {n[999]};"
+          f" longest {max(n)}")
 print(f"ceiling W = {W} holds at every step:", all(n <= W for n in lengths["windowed"]))
-print("equals min(t, W) at every step:", lengths["windowed"] == [min(t, W) for t in range(1, steps + 1)])
+print("equals min(t, W) at every step:",
+      lengths["windowed"] == [min(t, W) for t in range(1, steps + 1)])
 
 
 # %% [markdown]
@@ -320,8 +337,8 @@ print("library cache:", theirs)
 # ## Going further
 #
 # * Prefill hands the cache a whole chunk of `c` tokens at once. What must `update` return so that the
-#   chunk's *first* query still sees its `W - 1` predecessors, and what should it keep afterwards? Write it,
+#   chunk's *first* query still sees its $W - 1$ predecessors, and what should it keep afterwards? Write it,
 #   then compare with the chunk contract on the [cheat sheet](../docs/cheatsheet.md) (lesson 3 uses it).
-# * The cat allocates a fresh `W + 1`-token tensor every step. Design a cache that preallocates `2W` slots
+# * The cat allocates a fresh $W + 1$-token tensor every step. Design a cache that preallocates `2W` slots
 #   and copies only once every `W` steps. What is its amortised cost per token, and what does it return?
 #   Lesson 3's ring buffer takes the idea to its end.

@@ -27,7 +27,7 @@
 # by hand, so if a cache had a bug, you would see it here.
 #
 # The rule being drawn is the window convention of `swkv_teach.masks`: with window `W`, the query at
-# position `i` sees the keys `j` with `i - W < j <= i`. Terms such as *attention sink* or *LRU* are in the
+# position `i` sees the keys `j` with $i - W < j \le i$. Terms such as *attention sink* or *LRU* are in the
 # [glossary](../docs/glossary.md).
 
 # %%
@@ -36,7 +36,8 @@ import torch
 
 torch.manual_seed(0)  # nothing random below, but every lesson starts the same way
 
-from swkv_teach.plots import plot_attention_band, plot_slots, plot_step, plot_token_stream
+from swkv_teach.plots import (plot_attention_band, plot_slots, plot_step,
+                              plot_token_stream)
 from swkv_teach.trace import record
 from swkv_teach.widgets import EvictionExplorer, compare_policies
 
@@ -70,10 +71,14 @@ print("evicted during step 6:", trace[6].evicted)
 plot_step(trace, 6)
 
 # %% [markdown]
+# The figure shows step 6 of the sliding cache: the tokens it holds, and the one that left as the new token
+# came in.
+
+# %% [markdown]
 # ## A ring buffer: same tokens, different slots
 #
 # The sliding cache above copies the whole window every step (`torch.cat`, then slice). A ring buffer
-# writes token `p` into slot `p % W` and never moves anything. The token set is identical; only the
+# writes token `p` into slot $p \bmod W$ and never moves anything. The token set is identical; only the
 # *order in memory* changes. The red arrow is the write pointer: the slot the next token overwrites,
 # always the oldest one.
 
@@ -82,6 +87,10 @@ ring = record("ring", window_size=4, steps=24)
 for t in (3, 4, 5, 9):
     print(f"step {t}: slots {ring[t].slots}, next write -> slot {ring[t].next_slot}")
 plot_slots(ring, 9)
+
+# %% [markdown]
+# The figure shows the ring's slots at step 9: which token sits in each, and the slot the next token will
+# overwrite.
 
 # %% [markdown]
 # ## Attention sinks: keep the first tokens forever
@@ -97,8 +106,16 @@ sinks = record("sinks", window_size=4, steps=24, num_sinks=2)
 print("cached at step 11:", sinks[11].cached, "sinks:", sinks[11].sinks)
 plot_token_stream(sinks, 11)
 
+# %% [markdown]
+# The figure shows the token stream at step 11: the two sinks at the start stay, then the window's last
+# tokens; everything between them has been evicted.
+
 # %%
 plot_attention_band(sinks, 11)
+
+# %% [markdown]
+# The figure shows which keys each query attends with sinks: the window's band along the diagonal, plus
+# the first two columns, kept for every query.
 
 # %% [markdown]
 # ## LRU is not a sliding window
@@ -123,6 +140,10 @@ for t in (3, 4, 10):
 compare_policies(24, 4, policies=("sliding", "lru"), access_pattern="0")
 
 # %% [markdown]
+# The figure puts the two caches side by side, step by step: they agree while the window fills, and from
+# then on LRU keeps token 0, which every step reads, where the window lets it go.
+
+# %% [markdown]
 # ## Why bother
 #
 # Every policy above holds a bounded number of tokens; [lesson 0](00_why_cache.ipynb) showed what that is worth
@@ -132,8 +153,8 @@ compare_policies(24, 4, policies=("sliding", "lru"), access_pattern="0")
 # %% [markdown]
 # ## Your turn
 #
-# * Predict first, then check with the explorer: with `W = 5`, which slot of the ring holds token 13, and
-#   which token does token 15 overwrite? With `sinks` (`S = 2`, `W = 4`), which tokens are held at step 20?
+# * Predict first, then check with the explorer: with $W = 5$, which slot of the ring holds token 13, and
+#   which token does token 15 overwrite? With `sinks` ($S = 2$, $W = 4$), which tokens are held at step 20?
 # * Not done with lesson 1's cache yet? [exercises/02_sliding_window_cache.ipynb](../exercises/02_sliding_window_cache.ipynb).
 #   The ring buffer's exercise comes with lesson 3, which teaches it; the sinks' with lesson 5.
 #
@@ -142,4 +163,4 @@ compare_policies(24, 4, policies=("sliding", "lru"), access_pattern="0")
 # * Find an access pattern for which `lru` holds exactly the window's tokens at every step although it
 #   reads at every step. What must be true of the reads? (Hint: what does a read of the newest token promote?)
 # * The explorer's mask panel marks the keys a cache holds. Sketch what it would show for a cache that keeps
-#   `W + 1` tokens, like the reference mask of lesson 0. Which query would see a key it should not?
+#   $W + 1$ tokens, like the reference mask of lesson 0. Which query would see a key it should not?

@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 5 — Eviction policies: LRU, the window, and attention sinks
 #
-# **Time:** about 75 minutes for the lesson, plus 20–35 for [exercise 06](../exercises/06_lru_cache.ipynb) and 25–45 for [exercise 07](../exercises/07_sink_cache.ipynb). **You need:** lessons 1–4 (the ring buffer, positions, the trained
+# **Time:** about 80 minutes for the lesson, plus 20–35 for [exercise 06](../exercises/06_lru_cache.ipynb) and 25–45 for [exercise 07](../exercises/07_sink_cache.ipynb). **You need:** lessons 1–4 (the ring buffer, positions, the trained
 # decoder and RoPE).
 #
 # **By the end you will be able to**
@@ -21,7 +21,7 @@
 # * build attention sinks on a ring buffer and say what a sink's position means under RoPE;
 # * judge an eviction policy the only reliable way: by measuring it on the model.
 #
-# A sliding window evicts by **age**: when token `p` arrives, token `p - W` leaves, whatever
+# A sliding window evicts by **age**: when token `p` arrives, token $p - W$ leaves, whatever
 # happened to it. Other rules are possible, and two come up again and again:
 #
 # * **LRU** (least recently used), as in the blog post behind this course, "Hands-On Build Guide:
@@ -34,8 +34,8 @@
 # attention as soon as anything *reads* the cache, builds sinks, and tries sinks on the trained
 # model of lesson 4, with an honest result.
 #
-# Window convention (`swkv_teach.masks`): query `i` attends key `j` when `i - W < j <= i`; with `S`
-# sinks, also when `j < S`. Terms: [glossary](../docs/glossary.md); sources:
+# Window convention (`swkv_teach.masks`): query `i` attends key `j` when $i - W < j \le i$; with `S`
+# sinks, also when $j < S$. Terms: [glossary](../docs/glossary.md); sources:
 # [references](../docs/references.md).
 
 # %%
@@ -49,13 +49,14 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 
 import swkv_teach
-from swkv_teach import (LRUKVCache, SinkKVCache, attention, attention_with_cache, cached_attention,
-                        sliding_window_attention)
+from swkv_teach import (LRUKVCache, SinkKVCache, attention, attention_with_cache,
+                        cached_attention, sliding_window_attention)
 from swkv_teach.plots import plot_comparison
 from swkv_teach.trace import record
 
 torch.manual_seed(0)
-torch.set_num_threads(1)  # tiny tensors and a tiny model: one thread is as fast, and steadier
+# tiny tensors and a tiny model: one thread is as fast, and steadier
+torch.set_num_threads(1)
 plt.rcParams.update({"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 10})
 DPI = 110
 dev = swkv_teach.device()
@@ -117,26 +118,32 @@ print("np.softmax exists:", hasattr(np, "softmax"))
 for shape in [(5, 8), (2, 3, 5, 8)]:
     keys = np.zeros(shape)
     blog = keys.transpose(*range(keys.ndim - 2, keys.ndim), *range(keys.ndim - 2)).shape
-    print(f"keys {shape}: blog's transpose -> {blog}, wanted {np.swapaxes(keys, -1, -2).shape}")
+    print(f"keys {shape}: blog's transpose -> {blog}, wanted"
+          f" {np.swapaxes(keys, -1, -2).shape}")
 
 # %% [markdown]
 # **Bug 3: no scaling.** The demo's comment says `scores = Q @ K^T / sqrt(dk)`; the line under it
 # computes `query @ keys...` and never divides. Dot products of `d`-dimensional vectors with unit-
-# variance entries have a standard deviation of about `√d`, so without the division the scores grow
+# variance entries have a standard deviation of about $\sqrt{d}$, so without the division the scores grow
 # with the head size and the softmax piles the weight onto one key (in training, its gradients
 # vanish).
-# The `/ √d` keeps the scores' spread near 1 whatever `d` is. With the transpose fixed, `d = 64`:
+# Dividing by $\sqrt{d}$ keeps the scores' spread near 1 whatever `d` is. With the transpose fixed, $d = 64$:
 
 # %%
 g = torch.Generator().manual_seed(0)
 d = 64
-q, keys, values = torch.randn(d, generator=g), torch.randn(8, d, generator=g), torch.randn(8, d, generator=g)
-unscaled = torch.softmax(keys @ q, dim=-1)                       # what the demo's code computes
-scaled = torch.softmax(keys @ q / math.sqrt(d), dim=-1)          # what its comment says
-print(f"score spread (std): unscaled {(keys @ q).std().item():.1f}, scaled {(keys @ q / math.sqrt(d)).std().item():.1f}")
-print(f"largest attention weight: unscaled {unscaled.max().item():.2f}, scaled {scaled.max().item():.2f}")
+q, keys, values = (torch.randn(d, generator=g), torch.randn(8, d, generator=g),
+                   torch.randn(8, d, generator=g))
+# what the demo's code computes
+unscaled = torch.softmax(keys @ q, dim=-1)
+scaled = torch.softmax(keys @ q / math.sqrt(d), dim=-1)  # what its comment says
+print(f"score spread (std): unscaled {(keys @ q).std().item():.1f}, scaled"
+      f" {(keys @ q / math.sqrt(d)).std().item():.1f}")
+print(f"largest attention weight: unscaled {unscaled.max().item():.2f}, scaled"
+      f" {scaled.max().item():.2f}")
 print("scaled version == swkv_teach.attention (to 1e-6):",
-      torch.allclose(scaled @ values, attention(q[None], keys, values)[0], atol=1e-6))
+      torch.allclose(scaled @ values,
+                     attention(q[None], keys, values)[0], atol=1e-6))
 
 # %% [markdown]
 # **Bug 4: `range(max_window)` looks up the oldest ids.** The loop reads ids `0 .. max_window - 1`.
@@ -153,11 +160,13 @@ lru = LRUKVCache(5)
 for i in range(8):
     lru.put(i, f"k{i}", f"v{i}")
 print("stored:              ", lru.ids())
-found = [i for i in range(5) if lru.get(i) is not None]       # the blog's loop, lookups only
+# the blog's loop, lookups only
+found = [i for i in range(5) if lru.get(i) is not None]
 print("blog's loop finds:   ", found)
 print("order after reading: ", lru.ids())
 lru.put(8, "k8", "v8")
-print("after put(8):        ", lru.ids(), "-> 5 was evicted; 3 and 4 outlive the window")
+print("after put(8):        ", lru.ids(),
+      "-> 5 was evicted; 3 and 4 outlive the window")
 
 # %% [markdown]
 # **The fix**: read every stored entry in the cache's own order with `peek` (no promotion), stack
@@ -165,7 +174,8 @@ print("after put(8):        ", lru.ids(), "-> 5 was evicted; 3 and 4 outlive the
 
 # %%
 def attention_with_cache_fixed(query, cache):
-    """One query (d,) over every entry of an LRU cache whose keys and values are (d,) tensors."""
+    """One query (d,) over every entry of an LRU cache whose keys and values are (d,)
+    tensors."""
     entries = [cache.peek(i) for i in cache.ids()]  # all stored ids, no promotion
     if not entries:
         return torch.zeros_like(query)
@@ -182,13 +192,16 @@ def attention_with_cache_fixed(query, cache):
 
 # %%
 W, T, D = 5, 8, 4
-Q, K, V = randn(1, 1, T, D, seed=1), randn(1, 1, T, D, seed=2), randn(1, 1, T, D, seed=3)
+Q, K, V = (randn(1, 1, T, D, seed=1), randn(1, 1, T, D,
+                                            seed=2), randn(1, 1, T, D, seed=3))
 lru = LRUKVCache(W)
 for t in range(T):
     lru.put(t, K[0, 0, t], V[0, 0, t])
 before = lru.ids()
-out = attention_with_cache_fixed(Q[0, 0, -1], lru)             # query T-1 over the cache
-oracle = sliding_window_attention(Q, K, V, W)[0, 0, -1]        # row T-1 of the no-cache oracle
+# query T-1 over the cache
+out = attention_with_cache_fixed(Q[0, 0, -1], lru)
+# row T-1 of the no-cache oracle
+oracle = sliding_window_attention(Q, K, V, W)[0, 0, -1]
 print("fixed demo == oracle (to 1e-5):", torch.allclose(out, oracle, atol=1e-5))
 print("fixed demo == swkv_teach.attention_with_cache (to 1e-6):",
       torch.allclose(out, attention_with_cache(Q[0, 0, -1], lru), atol=1e-6))
@@ -205,33 +218,41 @@ print("reading changed the order:", lru.ids() != before)
 # * the cache still holds `W` entries, so to make room for 0 it evicts the oldest *other* token,
 #   which the window says the query **must** see.
 #
-# Two errors at once: one key too many, one key missing. We decode 40 random tokens with `W = 6`
+# Two errors at once: one key too many, one key missing. We decode 40 random tokens with $W = 6$
 # through two LRU caches (one never read, one read with `get(0)` each step), attend each step's
 # query over the cache with the fixed `attention_with_cache`, and compare with the oracle row.
 
 # %%
 W, T, D = 6, 40, 8
-Q, K, V = randn(1, 1, T, D, seed=4), randn(1, 1, T, D, seed=5), randn(1, 1, T, D, seed=6)
-oracle = sliding_window_attention(Q, K, V, W)[0, 0]                       # (T, D)
+Q, K, V = (randn(1, 1, T, D, seed=4), randn(1, 1, T, D,
+                                            seed=5), randn(1, 1, T, D, seed=6))
+oracle = sliding_window_attention(Q, K, V, W)[0, 0]  # (T, D)
 
 untouched, looked_up = LRUKVCache(W), LRUKVCache(W)
 diff_untouched, diff_looked_up, outputs = [], [], []
 for t in range(T):
     for cache in (untouched, looked_up):
         cache.put(t, K[0, 0, t], V[0, 0, t])
-    looked_up.get(0)                                    # somebody reads token 0: it is promoted
+    # somebody reads token 0: it is promoted
+    looked_up.get(0)
     a = attention_with_cache(Q[0, 0, t], untouched)
     b = attention_with_cache(Q[0, 0, t], looked_up)
     outputs.append(b)
     diff_untouched.append((a - oracle[t]).abs().max().item())
     diff_looked_up.append((b - oracle[t]).abs().max().item())
 
-print(f"never read:   max |LRU - oracle| over all steps < 1e-5: {max(diff_untouched) < 1e-5}")
-print(f"get(0)/step:  steps 0..{W - 1} match (< 1e-5): {max(diff_looked_up[:W]) < 1e-5}")
-print(f"              first divergent step: {next(t for t, d in enumerate(diff_looked_up) if d > 1e-3)}")
-print(f"              max |LRU - oracle| from step {W} on: {max(diff_looked_up[W:]):.2f}")
-print(f"              every step from {W} on diverges (> 1e-3): {min(diff_looked_up[W:]) > 1e-3}")
-print("cache holds:", sorted(looked_up.ids()), "| the window of query", T - 1, "is", list(range(T - W, T)))
+print("never read:   max |LRU - oracle| over all steps < 1e-5:"
+      f" {max(diff_untouched) < 1e-5}")
+print(
+    f"get(0)/step:  steps 0..{W - 1} match (< 1e-5): {max(diff_looked_up[:W]) < 1e-5}")
+print("              first divergent step:"
+      f" {next(t for t, d in enumerate(diff_looked_up) if d > 1e-3)}")
+print(
+    f"              max |LRU - oracle| from step {W} on: {max(diff_looked_up[W:]):.2f}")
+print(f"              every step from {W} on diverges (> 1e-3):"
+      f" {min(diff_looked_up[W:]) > 1e-3}")
+print("cache holds:", sorted(looked_up.ids()))
+print(f"the window of query {T - 1} is", list(range(T - W, T)))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -248,10 +269,10 @@ plt.show()
 plt.close(fig)
 
 # %% [markdown]
-# The read cache matches while the window is filling (token 0 is inside every window then) and
+# In the figure, the read cache matches while the window is filling (token 0 is inside every window then) and
 # diverges from step `W` on, at every step. It is not noise, and it has an exact description:
-# the cache holds token 0 plus the last `W - 1` tokens, so it computes sliding-window attention
-# with window `W - 1` **and one attention sink**. The oracle with those settings matches it:
+# the cache holds token 0 plus the last $W - 1$ tokens, so it computes sliding-window attention
+# with window $W - 1$ **and one attention sink**. The oracle with those settings matches it:
 
 # %%
 accidental = sliding_window_attention(Q, K, V, W - 1, num_sinks=1)[0, 0]
@@ -262,12 +283,21 @@ print("LRU with get(0) == oracle with window W-1 and 1 sink (to 1e-5):",
 # The same thing as pictures, from the library's recorder (`swkv_teach.trace.record`, which reads
 # the real caches' contents after every step): rows are steps, columns tokens, blue = held. Red
 # outlines mark cells that differ from the sliding window. The LRU cache read at token 0 and a sink
-# cache with one sink and window `W - 1` make identical pictures.
+# cache with one sink and window $W - 1$ hold the same tokens at every step, so one picture of them
+# suffices.
 
 # %%
-traces = [record("sliding", 6, 16), record("lru", 6, 16, access_pattern="0"), record("sinks", 5, 16, num_sinks=1)]
-fig = plot_comparison(traces)
-display(fig)
+window6, lru_read = record("sliding", 6, 16), record("lru", 6, 16, access_pattern="0")
+sinks5 = record("sinks", 5, 16, num_sinks=1)
+same = all(set(lru_read[t].cached) == set(sinks5[t].cached) for t in range(16))
+print("the LRU cache read at token 0 holds what a window of 5 with one sink holds,")
+print("at every step:", same)
+display(plot_comparison([window6, lru_read]))
+
+# %% [markdown]
+# The figure puts the window of 6 beside the LRU cache read at token 0, step by step: red outlines mark
+# where they hold different tokens, from step 6 on, when LRU keeps token 0 and drops the oldest of the rest.
+# What LRU holds instead is, at every step, a window of 5 plus one sink (printed above).
 
 # %% [markdown]
 # So an LRU cache is only a sliding window while nobody reads it. If you need lookups, read with
@@ -294,40 +324,48 @@ for p in range(11):
     sinks.update(kv, kv)
 print("slots (sinks first):", sinks.k_buf.flatten().int().tolist())
 print("positions:          ", sinks.positions.tolist())
-print("stored, in order:   ", sinks.stored_positions().tolist(), "| seen:", sinks.seen, "| capacity:", sinks.capacity)
+print("stored, in order:   ",
+      sinks.stored_positions().tolist(), "| seen:", sinks.seen, "| capacity:",
+      sinks.capacity)
 
 # %% [markdown]
 # Positions 0 and 1 stay in slots 0 and 1; positions 2, 3, … cycle through slots 2–5 (position `p` in
-# slot `2 + (p - 2) % 4`), so position 10 has just overwritten position 6 in slot 2.
+# slot $2 + (p - 2) \bmod 4$), so position 10 has just overwritten position 6 in slot 2.
 #
 # **Your turn:** [exercises/07_sink_cache.ipynb](../exercises/07_sink_cache.ipynb) has you build
 # the sink cache on top of a ring buffer; the grader replays long streams against the oracle.
 #
-# Decode attention over this cache must equal the oracle with the rule `j <= i and (j < S or
-# i - W < j)`. It is lesson 4's `attend_readable` with one more term in the mask; `cached_attention`
+# Decode attention over this cache must equal the oracle with the rule
+# `j <= i and (j < S or i - W < j)`. It is lesson 4's `attend_readable` with one more term in the mask; `cached_attention`
 # (the library's, on PyTorch's fused kernel) takes `num_sinks` for it. Written out, for one head
 # group:
 
 # %%
 def attend_with_sinks(q, k, v, q_pos, k_pos, W, S):
-    """q (B, H, c, d); k, v (B, H, n, d) in any order; q_pos (c,), k_pos (n,) absolute positions."""
+    """q (B, H, c, d); k, v (B, H, n, d) in any order; q_pos (c,), k_pos (n,) absolute
+    positions."""
     i, j = q_pos[:, None], k_pos[None, :]
     allowed = (j <= i) & ((j < S) | (i - W < j))  # sinks, or inside the window
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~allowed, float("-inf"))
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(
+        ~allowed, float("-inf"))
     return scores.softmax(dim=-1) @ v
 
 
 S, W, T, D = 2, 4, 20, 8
-Q, K, V = randn(1, 2, T, D, seed=7), randn(1, 2, T, D, seed=8), randn(1, 2, T, D, seed=9)
+Q, K, V = (randn(1, 2, T, D, seed=7), randn(1, 2, T, D,
+                                            seed=8), randn(1, 2, T, D, seed=9))
 oracle = sliding_window_attention(Q, K, V, W, num_sinks=S)
 cache, worst = SinkKVCache(S, W), 0.0
 for t in range(T):
-    k, v = cache.update(K[:, :, t : t + 1], V[:, :, t : t + 1])
+    k, v = cache.update(K[:, :, t:t + 1], V[:, :, t:t + 1])
     q_pos = torch.tensor([t], device=dev)
-    out = attend_with_sinks(Q[:, :, t : t + 1], k, v, q_pos, cache.positions.to(dev), W, S)
-    lib = cached_attention(Q[:, :, t : t + 1], k, v, q_pos, cache.positions, W, S)
-    worst = max(worst, (out - oracle[:, :, t : t + 1]).abs().max().item(), (lib - out).abs().max().item())
-print(f"sink cache == oracle with {S} sinks over {T} steps, written out and the library's (to 1e-5):", worst < 1e-5)
+    out = attend_with_sinks(Q[:, :, t:t + 1], k, v, q_pos, cache.positions.to(dev), W,
+                            S)
+    lib = cached_attention(Q[:, :, t:t + 1], k, v, q_pos, cache.positions, W, S)
+    worst = max(worst, (out - oracle[:, :, t:t + 1]).abs().max().item(),
+                (lib - out).abs().max().item())
+print(f"sink cache == oracle with {S} sinks over {T} steps, written out and the")
+print("library's (to 1e-5):", worst < 1e-5)
 
 # %% [markdown]
 # ### Keys after RoPE: what a sink's position means
@@ -338,9 +376,9 @@ print(f"sink cache == oracle with {S} sinks over {T} steps, written out and the 
 # rotated twice.
 #
 # StreamingLLM does something else (Xiao et al. 2023, arXiv:2309.17453, §3.2): it assigns positions
-# *inside the cache* (`0 .. S + W - 1`), so keys are cached **before** RoPE and rotated on every
+# *inside the cache* ($0 \dots S + W - 1$), so keys are cached **before** RoPE and rotated on every
 # step. Then the sink sits at distance at
-# most `S + W - 1` from any query, a distance the model knows from training. That changes the
+# most $S + W - 1$ from any query, a distance the model knows from training. That changes the
 # model's outputs (it is no longer plain sliding-window attention with sinks) and needs a cache
 # that re-rotates keys each step.
 #
@@ -350,7 +388,7 @@ print(f"sink cache == oracle with {S} sinks over {T} steps, written out and the 
 #
 # ## 5. Do sinks help our trained model?
 #
-# The experiment: the trained checkpoint of lesson 4 (`W = 64`), held-out text, and a cache too
+# The experiment: the trained checkpoint of lesson 4 ($W = 64$), held-out text, and a cache too
 # small for it, 16 tokens. Three ways to spend memory:
 #
 # * ring cache, window 16 (16 slots per layer),
@@ -367,7 +405,7 @@ from swkv_teach.train import HELDOUT_FILES, read_stdlib
 model, tok = load_pretrained(dev)
 heldout, _ = read_stdlib(HELDOUT_FILES)
 T, N = 256, 8
-data = torch.tensor(tok.encode(heldout[: N * T + 1]), device=dev)
+data = torch.tensor(tok.encode(heldout[:N * T + 1]), device=dev)
 x, y = data[:-1].view(N, T), data[1:].view(N, T)
 
 
@@ -379,9 +417,12 @@ settings = {
     "ring, W=64 (trained)": dict(cache="ring", window_size=64),
     "ring, W=16": dict(cache="ring", window_size=16),
     "sinks, S=4 + W=16": dict(cache="sinks", num_sinks=4, window_size=16),
-    "sinks, S=4 + W=60": dict(cache="sinks", num_sinks=4, window_size=60),
+    "sinks, S=4 + W=60": dict(cache="sinks", num_sinks=4, window_size=60)
 }
-losses = {name: loss_of(model.score(x, chunk_size=64, **kw)) for name, kw in settings.items()}
+losses = {
+    name: loss_of(model.score(x, chunk_size=64, **kw))
+    for name, kw in settings.items()
+}
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -389,22 +430,29 @@ for name, value in losses.items():
     print(f"{name:<22} loss {value:.3f} nats/char")
 
 # %%
-print("sinks beat the plain small window:", losses["sinks, S=4 + W=16"] < losses["ring, W=16"])
-print("sinks + W=60 beat the trained window at equal memory:", losses["sinks, S=4 + W=60"] < losses["ring, W=64 (trained)"])
+print("sinks beat the plain small window:", losses["sinks, S=4 + W=16"]
+      < losses["ring, W=16"])
+print("sinks + W=60 beat the trained window at equal memory:",
+      losses["sinks, S=4 + W=60"] < losses["ring, W=64 (trained)"])
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 fig, ax = plt.subplots(figsize=(6.6, 2.9), dpi=DPI)
 names = list(losses)
-ax.barh(names, [losses[n] for n in names], color=["#4C72B0", "#8DA0CB", "#DD8452", "#F4B183"])
+ax.barh(names, [losses[n] for n in names],
+        color=["#4C72B0", "#8DA0CB", "#DD8452", "#F4B183"])
 for i, n in enumerate(names):
     ax.text(losses[n] + 0.03, i, f"{losses[n]:.3f}", va="center")
 ax.set_xlim(0, max(losses.values()) * 1.18)
 ax.invert_yaxis()
-ax.set(xlabel="held-out loss (nats/char, lower is better)", title="On the W=64 model, sinks cost loss")
+ax.set(xlabel="held-out loss (nats/char, lower is better)",
+       title="On the W=64 model, sinks cost loss")
 fig.tight_layout()
 plt.show()
 plt.close(fig)
+
+# %% [markdown]
+# The bars give the held-out loss of the $W = 64$ model through each cache, lower is better.
 
 # %% [markdown]
 # **Sinks do not help this model; they hurt it**, even with the full 64 slots (exact numbers above;
@@ -429,10 +477,10 @@ plt.close(fig)
 # ## What to remember
 #
 # * LRU evicts by use, the window by age. With no reads they coincide; one `get` on an old token
-#   and LRU silently computes a different attention (here: window `W - 1` plus a sink).
+#   and LRU silently computes a different attention (here: window $W - 1$ plus a sink).
 # * Read caches with `peek` when reading must not change eviction, and prefer eviction by position.
 # * The blog demo's five bugs: `np.softmax`, a transpose that does not swap the last two axes, no
-#   `1/√d` scaling, lookups of the oldest ids, and promotion on read.
+#   $1/\sqrt{d}$ scaling, lookups of the oldest ids, and promotion on read.
 # * Sinks keep `S` first tokens plus the last `W`; with keys cached after RoPE they sit at their true
 #   distance. Whether they help depends on how the model was trained: measure.
 #

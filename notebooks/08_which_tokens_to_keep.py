@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 8 — Which tokens to keep: eviction that listens to attention
 #
-# **Time:** about 100 minutes for the lesson, plus 25–45 for [exercise 10](../exercises/10_h2o_eviction.ipynb). **You need:** lessons 4 (the trained decoder) and 5 (LRU, sinks).
+# **Time:** about 115 minutes for the lesson, plus 25–45 for [exercise 10](../exercises/10_h2o_eviction.ipynb). **You need:** lessons 4 (the trained decoder) and 5 (LRU, sinks).
 #
 # **By the end you will be able to**
 #
@@ -35,9 +35,9 @@
 #
 # Those papers measure models trained with **full** attention. So this lesson runs every policy on **two**
 # checkpoints trained with the same recipe, data and steps, differing only in the mask: the course's
-# sliding-window model (`W = 64`) and a full-attention twin (causal over its 256-character training context).
+# sliding-window model ($W = 64$) and a full-attention twin (causal over its 256-character training context).
 #
-# Window convention (`swkv_teach.masks`): query `i` attends key `j` when `i - W < j <= i`.
+# Window convention (`swkv_teach.masks`): query `i` attends key `j` when $i - W < j \le i$.
 
 # %%
 # %matplotlib inline
@@ -49,7 +49,8 @@ import matplotlib.pyplot as plt
 
 from swkv_teach import RingBufferKVCache, TOVAKVCache
 from swkv_teach import evaluate as ev
-from swkv_teach.plots import POLICY_COLORS, plot_intervals, plot_position_losses, plot_scored_step
+from swkv_teach.plots import (POLICY_COLORS, plot_intervals, plot_position_losses,
+                              plot_scored_step)
 from swkv_teach.pretrained import load_pretrained
 from swkv_teach.trace import record, record_attention
 from swkv_teach.widgets import DEFAULT_TEXT, EvictionExplorer
@@ -77,13 +78,16 @@ DPI = 100
 # %%
 tova, ring = TOVAKVCache(budget=3), RingBufferKVCache(window_size=3)
 for t in range(8):
-    k = torch.randn(1, 2, 1, 4)                        # (batch, kv_heads, 1 token, head_dim)
+    # (batch, kv_heads, 1 token, head_dim)
+    k = torch.randn(1, 2, 1, 4)
     tova.update(k, k)
     ring.update(k, k)
-    weights = torch.zeros(1, 4, 1, len(tova.positions))   # (batch, q_heads, 1 query, keys)
-    weights[..., tova.positions == 0] = 1.0            # all attention on token 0
+    # (batch, q_heads, 1 query, keys)
+    weights = torch.zeros(1, 4, 1, len(tova.positions))
+    weights[..., tova.positions == 0] = 1.0  # all attention on token 0
     tova.observe(weights)
-    print(f"after token {t}: TOVA keeps {tova.stored_positions().tolist()}, the window keeps {ring.stored_positions().tolist()}")
+    print(f"after token {t}: TOVA keeps {tova.stored_positions().tolist()}, the window"
+          f" keeps {ring.stored_positions().tolist()}")
 
 # %% [markdown]
 # Token 0 outlives the window because attention keeps choosing it. The others tie at zero, and ties go
@@ -125,19 +129,27 @@ for t in range(8):
 # segments, and its 95 % interval comes from resampling the segments (percentile bootstrap, seeded).
 
 # %%
-models = {"window model": load_pretrained(name="window")[0], "full model": load_pretrained(name="full")[0]}
+models = {
+    "window model": load_pretrained(name="window")[0],
+    "full model": load_pretrained(name="full")[0]
+}
 _, tok = load_pretrained(name="full")
-SEG = 160                                              # characters per segment (the cost grows with it)
-segments = ev.heldout_segments(tok, SEG)               # (n, SEG + 1): inputs and next-character targets
+# characters per segment (the cost grows with it)
+SEG = 160
+# (n, SEG + 1): inputs and next-character targets
+segments = ev.heldout_segments(tok, SEG)
 for name, m in models.items():
-    print(f"{name}: mask window {m.config.window_size}, {sum(p.numel() for p in m.parameters()):,} parameters")
+    print(f"{name}: mask window {m.config.window_size},"
+          f" {sum(p.numel() for p in m.parameters()):,} parameters")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"held-out text: {segments.numel():,} characters in {len(segments)} independent segments of {SEG + 1}")
+print(f"held-out text: {segments.numel():,} characters in {len(segments)} independent"
+      f" segments of {SEG + 1}")
 
 # %%
-print("at least 20,000 held-out characters, at least 80 segments:", segments.numel() >= 20_000 and len(segments) >= 80)
+print("at least 20,000 held-out characters, at least 80 segments:",
+      segments.numel() >= 20_000 and len(segments) >= 80)
 
 # %% [markdown]
 # ## 4. Attention sinks, measured
@@ -153,37 +165,54 @@ print("at least 20,000 held-out characters, at least 80 segments:", segments.num
 
 # %%
 QUERIES = slice(16, 64)
-sinks = {name: ev.sink_shares(m, segments[:, :-1], first=1, queries=QUERIES) for name, m in models.items()}
-late = ev.sink_shares(models["full model"], segments[:, :-1], first=1, queries=slice(64, None))
+sinks = {
+    name: ev.sink_shares(m, segments[:, :-1], first=1, queries=QUERIES)
+    for name, m in models.items()
+}
+late = ev.sink_shares(models["full model"], segments[:, :-1], first=1,
+                      queries=slice(64, None))
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), dpi=DPI, sharey=True)
+fig, axes = plt.subplots(2, 1, figsize=(7.2, 6.6), dpi=DPI, sharey=True)
 for ax, (name, (share, chance)) in zip(axes, sinks.items()):
     layers, heads = share.shape
     x = np.arange(layers * heads)
-    ax.bar(x, share.flatten().numpy(), color=[f"C{l}" for l in range(layers) for _ in range(heads)])
-    ax.axhline(float(chance[0]), color="black", ls="--", lw=1.2, label=f"chance ({float(chance[0]):.3f})")
-    ax.set_xticks(x, [f"L{l}\nh{h}" for l in range(layers) for h in range(heads)], fontsize=9)
+    ax.bar(x,
+           share.flatten().numpy(),
+           color=[f"C{l}" for l in range(layers) for _ in range(heads)])
+    ax.axhline(float(chance[0]), color="black", ls="--", lw=1.2,
+               label=f"chance ({float(chance[0]):.3f})")
+    ax.set_xticks(x, [f"L{l}\nh{h}" for l in range(layers) for h in range(heads)],
+                  fontsize=9)
     ax.set_title(f"{name}: attention on the first token, queries 16-63")
     ax.set_ylim(0, 1.3 * float(chance[0]))
     ax.legend(loc="upper right")
     ax.grid(axis="y", alpha=0.3)
-axes[0].set_ylabel("share of attention")
+for ax in axes:
+    ax.set_ylabel("share of attention")
 fig.tight_layout()
 plt.show()
 plt.close(fig)
+
+# %% [markdown]
+# The bars give each head's share of attention on the first token (one colour per layer); the dashed line
+# is the share it would get by chance.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 for name, (share, chance) in list(sinks.items()) + [("full model, queries 64+", late)]:
     print(f"{name}: chance {float(chance[0]):.4f}")
     for l, row in enumerate(share):
-        print(f"   layer {l}: " + "  ".join(f"h{h} {float(v):.3f}" for h, v in enumerate(row)))
+        print(f"   layer {l}: " + "  ".join(f"h{h} {float(v):.3f}"
+                                            for h, v in enumerate(row)))
 
 # %%
-print("every head of both models puts less than chance on the first token (queries 16-63):",
-      all(bool((share < chance[:, None]).all()) for share, chance in sinks.values()))
-print("and so does every head of the full model for queries 64 onwards:", bool((late[0] < late[1][:, None]).all()))
+print(
+    "every head of both models puts less than chance on the first token (queries"
+    " 16-63):",
+    all(bool((share < chance[:, None]).all()) for share, chance in sinks.values()))
+print("and so does every head of the full model for queries 64 onwards:",
+      bool((late[0] < late[1][:, None]).all()))
 
 # %% [markdown]
 # **No sinks, on either model.** Every head puts *less* on the first token than uniform attention would,
@@ -197,7 +226,7 @@ print("and so does every head of the full model for queries 64 onwards:", bool((
 # tokens per layer, `B` from 8 to 64:
 #
 # * **window**: the ring buffer with window `B` (lessons 3 and 4);
-# * **sinks + window**: 4 attention sinks and a window of `B - 4` (lesson 5);
+# * **sinks + window**: 4 attention sinks and a window of $B - 4$ (lesson 5);
 # * **LRU, read by attention**: the blog's LRU cache where a "use" is the key each step's query attends to
 #   most (a `get`, which promotes it). Without reads LRU is exactly the window (lesson 5);
 # * **H2O** with `recent = B // 2` (half recent, half heavy hitters: the equal split of H2O's own scripts,
@@ -214,8 +243,10 @@ print("and so does every head of the full model for queries 64 onwards:", bool((
 
 # %%
 BUDGETS = [8, 16, 32, 64]
-losses = {name: ev.compare(m, segments, BUDGETS) for name, m in models.items()}     # {model: {policy: {B: (n,)}}}
-dense = {name: ev.policy_losses(m, segments, "dense", 1) for name, m in models.items()}  # no eviction at all
+# {model: {policy: {B: (n,)}}}
+losses = {name: ev.compare(m, segments, BUDGETS) for name, m in models.items()}
+# no eviction at all
+dense = {name: ev.policy_losses(m, segments, "dense", 1) for name, m in models.items()}
 
 # %% [markdown]
 # First the losses themselves, mean and 95 % interval over the segments:
@@ -226,11 +257,21 @@ def row(cells, width=22):
     return "".join(f"{c:>{width}}" for c in cells)
 
 
+def table(head, columns, rows, width=22, per_line=2, label=24):
+    """rows: {label: cells}, printed `per_line` columns at a time to fit the page."""
+    for start in range(0, len(columns), per_line):
+        part = slice(start, start + per_line)
+        print(f"{head:<{label}}" + row(columns[part], width))
+        for name, cells in rows.items():
+            print(f"{name:<{label}}" + row(list(cells)[part], width))
+
+
 for name in models:
-    print(f"{name}: held-out loss, nats/char [95 % interval]; no eviction: {ev.interval(dense[name])}")
-    print(f"{'stored tokens B':<24}" + row(BUDGETS))
-    for policy, by_budget in losses[name].items():
-        print(f"{policy:<24}" + row(str(ev.interval(v)) for v in by_budget.values()))
+    print(f"{name}: held-out loss, nats/char [95 % interval];")
+    print(f"no eviction: {ev.interval(dense[name])}")
+    cells = {policy: [str(ev.interval(v)) for v in by_b.values()]
+             for policy, by_b in losses[name].items()}
+    table("stored tokens B", BUDGETS, cells)
     print()
 
 # %% [markdown]
@@ -245,37 +286,50 @@ for name in models:
 # per-segment differences; a `*` marks an interval that excludes 0, a difference this text supports.
 
 # %%
-diffs = {name: {policy: {B: ev.paired_difference(by_budget[B], losses[name]["window"][B]) for B in BUDGETS}
-                for policy, by_budget in losses[name].items() if policy != "window"} for name in models}
+diffs = {
+    name: {
+        policy: {
+            B: ev.paired_difference(by_budget[B], losses[name]["window"][B])
+            for B in BUDGETS
+        }
+        for policy, by_budget in losses[name].items() if policy != "window"
+    }
+    for name in models
+}
 
 
 def signed(iv):
-    return f"{iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]" + ("*" if iv.excludes_zero else " ")
+    return f"{iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]" + ("*" if iv.excludes_zero
+                                                                else " ")
 
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 for name in models:
-    print(f"{name}: policy - window, nats/char (negative = better than the window), * = interval excludes 0")
-    print(f"{'stored tokens B':<24}" + row(BUDGETS, 25))
-    for policy, by_budget in diffs[name].items():
-        print(f"{policy:<24}" + row((signed(iv) for iv in by_budget.values()), 25))
+    print(f"{name}: policy - window, nats/char (negative = better than the window),")
+    print("* = interval excludes 0")
+    table("stored tokens B", BUDGETS, {policy: [signed(iv) for iv in by_b.values()]
+                                       for policy, by_b in diffs[name].items()}, 25)
     print()
 
-# the sentences the prose below leans on, built from this run's differences (they move with the held-out text)
+# the sentences the prose below leans on, built from this run's differences (they move
+# with the held-out text)
 w_, f_ = diffs["window model"], diffs["full model"]
 sink_w = [iv.mean for iv in w_["sinks + window"].values()]
-gain, who = min((iv.mean, (name, policy, B)) for name, d in diffs.items() for policy, by_budget in d.items()
-                for B, iv in by_budget.items())
+gain, who = min((iv.mean, (name, policy, B)) for name, d in diffs.items()
+                for policy, by_budget in d.items() for B, iv in by_budget.items())
 tova_rest = max(abs(d["TOVA"][B].mean) for d in (w_, f_) for B in BUDGETS if B > 8)
-print(f"In this run: sinks + window cost the window model {min(sink_w):.2f} to {max(sink_w):.2f} nats/char, "
-      f"the full model {f_['sinks + window'][8].mean:.2f} at B = 8 and at most "
-      f"{max(f_['sinks + window'][B].mean for B in BUDGETS if B > 8):.3f} above;")
-print(f"H2O is worse than the window by {w_['H2O'][8].mean:.2f} and {f_['H2O'][8].mean:.2f} at B = 8 "
-      f"(window, full model), {w_['H2O'][64].mean:.3f} and {f_['H2O'][64].mean:.3f} at B = 64;")
-print(f"TOVA by {w_['TOVA'][8].mean:.2f} and {f_['TOVA'][8].mean:.2f} at B = 8, and within {tova_rest:.3f} of "
-      f"the window above it;")
-print(f"the largest gain of any policy over the window is {-gain:.3f} nats/char ({who[1]}, {who[0]}, B = {who[2]}).")
+print(f"In this run: sinks + window cost the window model {min(sink_w):.2f} to"
+      f" {max(sink_w):.2f} nats/char,")
+print(f"the full model {f_['sinks + window'][8].mean:.2f} at B = 8 and at most"
+      f" {max(f_['sinks + window'][B].mean for B in BUDGETS if B > 8):.3f} above;")
+print(f"H2O is worse than the window by {w_['H2O'][8].mean:.2f} and"
+      f" {f_['H2O'][8].mean:.2f} at B = 8 (window, full model),")
+print(f"{w_['H2O'][64].mean:.3f} and {f_['H2O'][64].mean:.3f} at B = 64;")
+print(f"TOVA by {w_['TOVA'][8].mean:.2f} and {f_['TOVA'][8].mean:.2f} at B = 8, and"
+      f" within {tova_rest:.3f} of the window above it;")
+print(f"the largest gain of any policy over the window is {-gain:.3f} nats/char")
+print(f"({who[1]}, {who[0]}, B = {who[2]}).")
 
 # %% [markdown]
 # The same verdicts side by side, one word each: **better** or **worse** than the window when the interval
@@ -287,37 +341,48 @@ def verdict(iv):
     return "?" if not iv.excludes_zero else ("better" if iv.mean < 0 else "worse")
 
 
-print(f"{'':<24}{'window model (W = 64)':^32}  {'full model':^32}")
-print(f"{'stored tokens B':<24}" + row(BUDGETS, 8) + "  " + row(BUDGETS, 8))
+print(f"{'':<22}{'window model (W = 64)':^32}  {'full model':^32}")
+print(f"{'stored tokens B':<22}" + row(BUDGETS, 8) + "  " + row(BUDGETS, 8))
 for policy in diffs["window model"]:
-    print(f"{policy:<24}" + row((verdict(iv) for iv in diffs["window model"][policy].values()), 8) + "  "
-          + row((verdict(iv) for iv in diffs["full model"][policy].values()), 8))
+    window_ = diffs["window model"][policy].values()
+    full_ = diffs["full model"][policy].values()
+    cells = row(map(verdict, window_), 8) + "  " + row(map(verdict, full_), 8)
+    print(f"{policy:<22}" + cells)
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), dpi=DPI, sharey=True)
+fig, axes = plt.subplots(2, 1, figsize=(7.2, 8.2), dpi=DPI, sharex=True)
 for ax, name in zip(axes, models):
     shown = {p: v for p, v in diffs[name].items() if p != "sinks + window"}
     plot_intervals(shown, title=f"{name}: policy - window (95 % interval)", ax=ax,
                    ylabel="loss - window's loss (nats/char)")
     ax.axhline(0, color=POLICY_COLORS["window"], lw=1.5, ls="--")
-    ax.text(8.5, 0.003, "the window", color=POLICY_COLORS["window"], fontsize=10, va="bottom")
-axes[1].set_ylabel("")
-fig.suptitle("Below the dashed line: better than a window of the same memory. "
-             "Sinks + window left out (see the table)", fontsize=11)
+    ax.text(8.5, 0.003, "the window", color=POLICY_COLORS["window"], fontsize=10,
+            va="bottom")
+fig.suptitle(
+    "Below the dashed line: better than a window of the same memory.\n"
+    "Sinks + window left out (see the table)", fontsize=11)
 fig.tight_layout()
 plt.show()
 plt.close(fig)
+
+# %% [markdown]
+# The figure gives each policy's loss minus the window's, with 95 % intervals, for both models: a point
+# below the dashed line would beat a window of the same memory.
 
 # %%
 w_, f_ = diffs["window model"], diffs["full model"]
 print("window model: sinks + window is worse than the window at every budget:",
       all(iv.excludes_zero and iv.mean > 0 for iv in w_["sinks + window"].values()))
-print("both models: H2O (half recent) is worse than the window at B = 8 and 16:",
-      all(d["H2O"][B].excludes_zero and d["H2O"][B].mean > 0 for d in (w_, f_) for B in (8, 16)))
+print(
+    "both models: H2O (half recent) is worse than the window at B = 8 and 16:",
+    all(d["H2O"][B].excludes_zero and d["H2O"][B].mean > 0 for d in (w_, f_)
+        for B in (8, 16)))
 print("both models: TOVA is worse than the window at B = 8:",
       all(d["TOVA"][8].excludes_zero and d["TOVA"][8].mean > 0 for d in (w_, f_)))
-print("both models: no policy beats the window by more than 0.05 nats/char anywhere:",
-      all(iv.mean > -0.05 for d in (w_, f_) for by_budget in d.values() for iv in by_budget.values()))
+print(
+    "both models: no policy beats the window by more than 0.05 nats/char anywhere:",
+    all(iv.mean > -0.05 for d in (w_, f_) for by_budget in d.values()
+        for iv in by_budget.values()))
 
 # %% [markdown]
 # **What the numbers say** (they move a little with your Python version, whose standard library is the
@@ -325,14 +390,14 @@ print("both models: no policy beats the window by more than 0.05 nats/char anywh
 # to trust):
 #
 # * **Sinks + window** costs the most, on the window model at every budget: that model meets the first
-#   tokens at distances it never saw in training (lesson 5). On the full model the cost is largest at `B = 8`
+#   tokens at distances it never saw in training (lesson 5). On the full model the cost is largest at $B = 8$
 #   (4 of the 8 slots go to sinks nobody attends to) and small but real above.
 # * **H2O with half its budget on heavy hitters is worse than the window** at every budget on both models:
-#   much at `B = 8`, little at 64. Section 6 shows where that cost comes from.
-# * **TOVA is worse than the window at `B = 8` on both models**; from 16 up it ties or wins by a little. The
+#   much at $B = 8$, little at 64. Section 6 shows where that cost comes from.
+# * **TOVA is worse than the window at $B = 8$ on both models**; from 16 up it ties or wins by a little. The
 #   attention-read LRU wins at 8 on both models and at some larger budgets, by at most the largest gain
 #   printed under the table. Those wins are real on this text (their intervals exclude 0) and tiny next to
-#   what the window itself loses going from `B = 64` to `B = 8` (the loss table above).
+#   what the window itself loses going from $B = 64$ to $B = 8$ (the loss table above).
 # * **The full model does not change the picture.** Some verdicts move between the two models (a `?` here,
 #   a `better` there), but on both no policy beats the window by more than a few hundredths of a nat per
 #   character (the verdict below holds it under 0.05), and H2O and TOVA lose at the smallest budget.
@@ -341,48 +406,72 @@ print("both models: no policy beats the window by more than 0.05 nats/char anywh
 #
 # H2O divides its budget into a `recent` window and `B - recent` heavy hitters. With `recent = B` it is the
 # window exactly (every stored token is protected but the oldest, so the oldest goes: the ring's rule); with
-# `recent = 0` it keeps only the most-attended tokens. Sweep the split at `B = 16`:
+# `recent = 0` it keeps only the most-attended tokens. Sweep the split at $B = 16$:
 
 # %%
 SPLIT_B, RECENTS = 16, [0, 4, 8, 12]
-split = {name: {r: (losses[name]["H2O"][SPLIT_B] if r == SPLIT_B // 2
-                    else ev.policy_losses(m, segments, "H2O", SPLIT_B, recent=r)) for r in RECENTS}
-         for name, m in models.items()}
-split_diff = {name: {r: ev.paired_difference(v, losses[name]["window"][SPLIT_B]) for r, v in by_r.items()}
-              for name, by_r in split.items()}
+split = {
+    name: {
+        r: (losses[name]["H2O"][SPLIT_B] if r == SPLIT_B //
+            2 else ev.policy_losses(m, segments, "H2O", SPLIT_B, recent=r))
+        for r in RECENTS
+    }
+    for name, m in models.items()
+}
+split_diff = {
+    name: {
+        r: ev.paired_difference(v, losses[name]["window"][SPLIT_B])
+        for r, v in by_r.items()
+    }
+    for name, by_r in split.items()
+}
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"H2O at B = {SPLIT_B}, loss - window's loss (nats/char), * = interval excludes 0")
-print(f"{'recent':<16}" + row(RECENTS, 25))
-for name, by_r in split_diff.items():
-    print(f"{name:<16}" + row((signed(iv) for iv in by_r.values()), 25))
+print(
+    f"H2O at B = {SPLIT_B}, loss - window's loss (nats/char), * = interval excludes 0")
+table("recent", RECENTS, {name: [signed(iv) for iv in by_r.values()]
+                         for name, by_r in split_diff.items()}, 25, label=16)
 
 # %%
 fig, ax = plt.subplots(figsize=(7.5, 4.0), dpi=DPI)
 for k, (name, by_r) in enumerate(split_diff.items()):
     xs = np.array(RECENTS) + (k - 0.5) * 0.2
     iv = list(by_r.values())
-    ax.errorbar(xs, [i.mean for i in iv], yerr=[[i.mean - i.low for i in iv], [i.high - i.mean for i in iv]],
+    ax.errorbar(xs, [i.mean for i in iv], yerr=[[i.mean - i.low for i in iv],
+                                                [i.high - i.mean for i in iv]],
                 marker="o", capsize=3, lw=1.5, color=f"C{k}", label=name)
-ax.set_yscale("log")  # the window itself would be 0; a negative mean would not show (none here, see the table)
-ax.set_xticks(RECENTS + [SPLIT_B], [str(r) for r in RECENTS] + [f"{SPLIT_B}\n(the window)"])
+# the window itself would be 0; a negative mean would not show (none here, see the
+# table)
+ax.set_yscale("log")
+ax.set_xticks(RECENTS + [SPLIT_B],
+              [str(r) for r in RECENTS] + [f"{SPLIT_B}\n(the window)"])
 ax.set_xlim(-0.8, SPLIT_B + 0.8)
 ax.set_ylim(1e-3, 3)
-ax.set(xlabel=f"recent tokens H2O protects (of B = {SPLIT_B}); the rest are heavy hitters",
-       ylabel="loss - window's loss (nats/char, log)",
-       title=f"H2O at B = {SPLIT_B}: every slot given to heavy hitters costs")
+ax.set(
+    xlabel=f"recent tokens H2O protects (of B = {SPLIT_B}); the rest are heavy hitters",
+    ylabel="loss - window's loss (nats/char, log)",
+    title=f"H2O at B = {SPLIT_B}: every slot given to heavy hitters costs")
 ax.grid(alpha=0.3)
 ax.legend()
 fig.tight_layout()
 plt.show()
 plt.close(fig)
 
+# %% [markdown]
+# In the figure, H2O's loss above the window's falls as more of its $B$ slots stay recent: every slot given
+# to heavy hitters costs.
+
 # %%
-print("both models: the more of the budget goes to heavy hitters, the worse H2O does (recent 12 -> 0):",
-      all(by_r[12].mean < by_r[8].mean < by_r[4].mean < by_r[0].mean for by_r in split_diff.values()))
-print("both models: every split from 0 to 8 is worse than the window:",
-      all(by_r[r].excludes_zero and by_r[r].mean > 0 for by_r in split_diff.values() for r in (0, 4, 8)))
+print("both models: the more of the budget goes to heavy hitters, the worse H2O does")
+print(
+    "(recent 12 -> 0):",
+    all(by_r[12].mean < by_r[8].mean < by_r[4].mean < by_r[0].mean
+        for by_r in split_diff.values()))
+print(
+    "both models: every split from 0 to 8 is worse than the window:",
+    all(by_r[r].excludes_zero and by_r[r].mean > 0 for by_r in split_diff.values()
+        for r in (0, 4, 8)))
 print("both models: at recent = 12 H2O is within 0.02 nats/char of the window:",
       all(abs(by_r[12].mean) < 0.02 for by_r in split_diff.values()))
 print("both models: heavy hitters alone (recent = 0) cost more than 1 nat/char:",
@@ -404,28 +493,31 @@ print("both models: heavy hitters alone (recent = 0) cost more than 1 nat/char:"
 #
 # * **dense**: every token kept; past the training context the model meets distances it never saw;
 # * **window**: the last `B` tokens; in their models the loss **blows up** once the first tokens leave;
-# * **sinks + window**: the first 4 plus the last `B - 4`: stable, their fix.
+# * **sinks + window**: the first 4 plus the last $B - 4$: stable, their fix.
 #
 # Their Table 1 (Llama-2-13B, the first book of PG-19, 65 K tokens, a cache of 1 024): perplexity **5158.07**
-# for the window (`0 + 1024`), **5.40** with four initial tokens (`4 + 1020`), **5.60** when those four are
+# for the window ($0 + 1024$), **5.40** with four initial tokens ($4 + 1020$), **5.60** when those four are
 # replaced by line breaks. (Quoted as several secondary write-ups of arXiv 2309.17453 give them, all alike;
 # the course has not checked them against the paper's own table, so read them as approximate.)
 # StreamingLLM also gives positions **within the cache** (§3.2: keys are rotated by their slot, so a sink is
 # never further than `B` away); the library's
 # `SinkKVCache` keeps true positions. We run both, on segments of 1 024 characters, four times the full
-# model's training context, with `B = 64`:
+# model's training context, with $B = 64$:
 
 # %%
 full = models["full model"]
 CONTEXT, B_STREAM = full.config.window_size, 64
 long_segments = ev.heldout_segments(tok, 1024)
-stream = ev.streaming_losses(full, long_segments, B_STREAM)      # {name: (n, 1024) per-position losses}
-past = {name: v[:, CONTEXT:].mean(dim=1) for name, v in stream.items()}   # per segment, positions 256+
+# {name: (n, 1024) per-position losses}
+stream = ev.streaming_losses(full, long_segments, B_STREAM)
+# per segment, positions 256+
+past = {name: v[:, CONTEXT:].mean(dim=1) for name, v in stream.items()}
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"{len(long_segments)} segments of {long_segments.shape[1] - 1} characters ({long_segments.numel():,} in all), "
-      f"B = {B_STREAM}, training context {CONTEXT}")
+print(
+    f"{len(long_segments)} segments of {long_segments.shape[1] - 1} characters"
+    f" ({long_segments.numel():,} in all), B = {B_STREAM}, training context {CONTEXT}")
 print(f"{'':<34}{'positions ' + str(CONTEXT) + '+':>22}{'- window':>28}")
 for name, v in past.items():
     d = "" if name == "window" else signed(ev.paired_difference(v, past["window"]))
@@ -433,12 +525,15 @@ for name, v in past.items():
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 4.4), dpi=DPI)
-plot_position_losses(stream, bin_size=64, ax=ax, marks=(B_STREAM, CONTEXT),
-                     title=f"Full model, {len(long_segments)} texts of 1024 characters, B = {B_STREAM} stored tokens")
+plot_position_losses(
+    stream, bin_size=64, ax=ax, marks=(B_STREAM, CONTEXT),
+    title=(f"Full model, {len(long_segments)} texts of 1024 characters, B = {B_STREAM}"
+           " stored tokens"))
 ax.text(B_STREAM + 8, 4.35, f"B = {B_STREAM}", fontsize=10)
 ax.text(CONTEXT + 8, 4.35, f"training context {CONTEXT}", fontsize=10)
 ax.set_ylim(1.2, 4.6)
-for line in ax.lines:  # the window lies under the cache-positions curve: draw it wide and pale
+# the window lies under the cache-positions curve: draw it wide and pale
+for line in ax.lines:
     if line.get_gid() == "curve-window":
         line.set(lw=5, alpha=0.45, zorder=1)
 ax.legend(loc="center right", fontsize=10)
@@ -446,15 +541,25 @@ fig.tight_layout()
 plt.show()
 plt.close(fig)
 
+# %% [markdown]
+# The figure plots the loss at each position of the 1024-character texts, one curve per cache; the marks
+# are the budget $B$ and the training context, past which the dense cache's curve climbs.
+
 # %%
 d_sink = ev.paired_difference(past["sinks + window"], past["window"])
 d_cache = ev.paired_difference(past["sinks + window, cache positions"], past["window"])
 print("past the training context, dense is more than 1 nat/char worse than the window:",
       ev.paired_difference(past["dense"], past["window"]).mean > 1.0)
-print("the window does not blow up: past the context it is within 0.1 of its own loss before it:",
-      abs(float(past["window"].mean()) - float(stream["window"][:, B_STREAM:CONTEXT].mean())) < 0.1)
-print("sinks at true positions are worse than the window:", d_sink.excludes_zero and d_sink.mean > 0)
-print("sinks at cache positions are within 0.02 nats/char of the window:", abs(d_cache.mean) < 0.02)
+print("the window does not blow up: past the context it is within 0.1 of its own loss")
+print(
+    "before it:",
+    abs(
+        float(past["window"].mean()) -
+        float(stream["window"][:, B_STREAM:CONTEXT].mean())) < 0.1)
+print("sinks at true positions are worse than the window:", d_sink.excludes_zero
+      and d_sink.mean > 0)
+print("sinks at cache positions are within 0.02 nats/char of the window:",
+      abs(d_cache.mean) < 0.02)
 
 # %% [markdown]
 # **The window does not blow up here, and sinks do not help.** What happens, and why:
@@ -492,18 +597,21 @@ print("sinks at cache positions are within 0.02 nats/char of the window:", abs(d
 EvictionExplorer(window_size=8, steps=40, policy="h2o", model=full, tokenizer=tok)
 
 # %% [markdown]
-# No live kernel (reading this on GitHub)? The same picture at step 30, drawn from a recorded trace (H2O
-# with `B = 8`, 4 of them recent):
+# No live kernel (reading this on GitHub)? The same kind of picture, drawn from a recorded trace of the
+# explorer's stream, its first 22 characters (short enough for the drawing to fit a page), at step 20
+# (H2O with $B = 8$, 4 of them recent):
 
 # %%
-SNIPPET = DEFAULT_TEXT[:40]                            # the explorer's own stream, its first 40 characters
-h2o_trace = record_attention("h2o", 8, full, tok.encode(SNIPPET), recent=4, tokens=tuple(SNIPPET))
-print("H2O (B = 8, recent 4) holds at step 30:", h2o_trace[30].cached)
-print("a window of 8 holds:                    ", record("ring", 8, len(SNIPPET))[30].cached)
-plot_scored_step(h2o_trace, record("ring", 8, len(SNIPPET)), 30)
+SNIPPET, STEP = DEFAULT_TEXT[:22], 20
+h2o_trace = record_attention("h2o", 8, full, tok.encode(SNIPPET), recent=4,
+                             tokens=tuple(SNIPPET))
+window_trace = record("ring", 8, len(SNIPPET))
+print(f"H2O (B = 8, recent 4) holds at step {STEP}:", h2o_trace[STEP].cached)
+print("a window of 8 holds:                    ", window_trace[STEP].cached)
+plot_scored_step(h2o_trace, window_trace, STEP)
 
 # %% [markdown]
-# H2O's four heavy hitters are the first characters of the snippet, `def` and the `a` of `area`: they have
+# In the figure, H2O's four heavy hitters are the first characters of the snippet, `def` and the `a` of `area`: they have
 # met every query so far, so their accumulated scores are the largest, and they will stay. The window holds
 # the last 8 characters instead, which is what the next character mostly depends on.
 
@@ -514,7 +622,7 @@ plot_scored_step(h2o_trace, record("ring", 8, len(SNIPPET)), 30)
 # nat per character, and at small budgets the papers' policies lose.** The measured facts, with their
 # confidence, are the verdict table of section 5 and the sentences printed under its differences: sinks cost
 # on both models (most on the window model); H2O with half its budget on heavy hitters is worse than the
-# window at every budget on both; TOVA is worse at `B = 8` on both and close to the window elsewhere; the
+# window at every budget on both; TOVA is worse at $B = 8$ on both and close to the window elsewhere; the
 # attention-read LRU wins by a little at some budgets. The full-attention model, the kind the
 # papers use, did not change that, and on it StreamingLLM's window did not blow up (section 7).
 #
@@ -557,4 +665,5 @@ plot_scored_step(h2o_trace, record("ring", 8, len(SNIPPET)), 30)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"this notebook ran in {time.perf_counter() - START:.0f} s ({time.process_time():.0f} s of CPU)")
+print(f"this notebook ran in {time.perf_counter() - START:.0f} s"
+      f" ({time.process_time():.0f} s of CPU)")

@@ -106,7 +106,7 @@ def time_us_interleaved(
 
 
 class AllocationCounter(TorchDispatchMode):
-    """Bytes of every storage an ATen op creates while active (see the module docstring)."""
+    """Bytes of every storage an ATen op creates while active (module docstring)."""
 
     def __init__(self):
         super().__init__()
@@ -115,7 +115,8 @@ class AllocationCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         flat_inputs = tree_flatten((args, kwargs))[0]
-        inputs = {t.untyped_storage().data_ptr() for t in flat_inputs if isinstance(t, torch.Tensor)}
+        inputs = {t.untyped_storage().data_ptr() for t in flat_inputs
+                  if isinstance(t, torch.Tensor)}
         created = {}
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):

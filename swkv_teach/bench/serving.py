@@ -229,13 +229,13 @@ def table(result: dict, judged: bool = True) -> str:
     lines = [f"serving {cfg['requests']} requests ({result['one_by_one']['new_tokens']} new tokens), pool of "
              f"{cfg['num_blocks']} blocks of {cfg['block_size']}, window {cfg['window_size']}, "
              f"threads {cfg['threads']}",
-             f"{'':>14}{'tokens/s':>10}  {'min–max':<17}{'×one by one':>12}{'steps':>7}{'peak blocks':>13}"
+             f"{'':>13}{'tokens/s':>10}  {'min–max':<17}{'×one by one':>12}{'steps':>7}{'peak blocks':>13}"
              "  same as solo",
-             f"{'one by one':>14}{base:>10.0f}  {result['one_by_one']['tokens_per_s']['min']:>7.0f}–"
+             f"{'one by one':>13}{base:>10.0f}  {result['one_by_one']['tokens_per_s']['min']:>7.0f}–"
              f"{result['one_by_one']['tokens_per_s']['max']:<9.0f}{1:>12.2f}"]
     for r in result["rows"]:
         t = r["tokens_per_s"]
-        lines.append(f"{'batch ≤ %d' % r['concurrency']:>14}{t['median']:>10.0f}  {t['min']:>7.0f}–{t['max']:<9.0f}"
+        lines.append(f"{'batch ≤ %d' % r['concurrency']:>13}{t['median']:>10.0f}  {t['min']:>7.0f}–{t['max']:<9.0f}"
                      f"{r['ratio_to_one_by_one']:>12.2f}{r['steps']:>7}{r['peak_used_blocks']:>13}  "
                      f"{'yes' if r['same_as_solo'] else 'NO'}")
     if result.get("budget"):
