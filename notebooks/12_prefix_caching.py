@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 12 — Where LRU really lives: prefix caching, a block store on Redis, and Redis's own LRU
 #
-# **Time:** about 95 minutes for the lesson, plus 30–50 for [exercise 13](../exercises/13_prefix_cache_lru.ipynb), done where the lesson reaches it.
+# **Time:** about 115 minutes for the lesson (installing Redis, about 5, included), plus 30–50 for [exercise 13](../exercises/13_prefix_cache_lru.ipynb), done where the lesson reaches it.
 # **You need:** lesson 5 (the build guide's LRU taken apart) and lesson 7 (blocks, block tables, the scheduler).
 # Sections 5 and 6 start a throwaway `redis-server` on this machine (how to install it: section 0).
 #
@@ -42,6 +42,7 @@
 # %%
 # %matplotlib inline
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -149,7 +150,10 @@ print("block 0 freed again goes to the tail:                 ", list(queue))
 # partial block's keys are not final until it fills.
 #
 # The hash must also be the same in every process, or two servers sharing a store would never find each other's
-# blocks. Python's `hash()` is salted per process (`PYTHONHASHSEED`); vLLM hashes with SHA-256 by default
+# blocks. Python's `hash()` of a `str` or `bytes` (and a `datetime`) is salted per process (`PYTHONHASHSEED`, the
+# note under `object.__hash__` in the Python docs); a tuple of small ints is not (`hash((1, 2, 3))` is the same in
+# every process, as the cell below shows), but it is 64 bits, built for dictionaries, not for collisions an
+# adversary may look for, and its algorithm is CPython's to change. vLLM hashes with SHA-256 by default
 # (`prefix_caching_hash_algo = "sha256"`, `vllm/config/cache.py:259-263`) and derives the
 # first block's parent from a fixed seed (`"vllm-none-hash"`) unless `PYTHONHASHSEED` is set, and from random bytes
 # only for its non-cryptographic hashes (`resolve_none_hash_seed`, `kv_cache_utils.py:117-131`). The library's
@@ -157,6 +161,12 @@ print("block 0 freed again goes to the tail:                 ", list(queue))
 # first prompts, drawn as a tree: the system prompt's blocks are shared, then the chains part.
 
 # %%
+SALT = "print(hash('def read_lines'), hash((1, 2, 3)))"
+two = [subprocess.run([sys.executable, "-c", SALT], capture_output=True, text=True, check=True,
+                      env={**os.environ, "PYTHONHASHSEED": "random"}).stdout.split() for _ in range(2)]
+print(f"hash of a str the same in two processes: {two[0][0] == two[1][0]}; "
+      f"hash((1, 2, 3)) the same: {two[0][1] == two[1][1]}")
+
 first_lines = ["def read_lines(path):\n", "class Stack:\n"]
 prompts = [tok.encode(SYSTEM_PROMPT + line) for line in first_lines]
 chains = [block_hashes(p, BS) for p in prompts]
@@ -166,38 +176,50 @@ print(f"prompts of {len(prompts[0])} and {len(prompts[1])} tokens: {len(chains[0
       f"{len(prompts[1]) % BS} tokens (no hash)")
 
 
+def column(i):
+    """Blocks 2 .. shared - 3 of the common chain are left out (a "..." stands for them): 8 columns in all."""
+    return i if i < 2 else i - (shared - 2) + 3
+
+
 def draw_chain(ax, prompt, chain, y, start, color, partial=True):
+    """One prompt's blocks from `start` on row y: its last 5 characters, the first 5 hex digits of its hash."""
     for i in range(start, len(chain) + (1 if partial and len(prompt) % BS else 0)):
-        full = i < len(chain)
-        ax.add_patch(Rectangle((i * 1.25, y - 0.32), 1.0, 0.64, facecolor=color if full else "white",
+        if 2 <= i < shared - 2:
+            continue
+        full, x = i < len(chain), column(i) * 1.3
+        ax.add_patch(Rectangle((x, y - 0.38), 1.1, 0.76, facecolor=color if full else "white",
                                edgecolor="black", linestyle="-" if full else "--"))
         text = tok.decode(prompt[i * BS : (i + 1) * BS]).replace("\n", "⏎")
-        ax.text(i * 1.25 + 0.5, y + 0.12, repr(text[-7:])[1:-1], ha="center", va="center", fontsize=7,
+        ax.text(x + 0.55, y + 0.15, repr(text[-5:])[1:-1], ha="center", va="center", fontsize=10,
                 family="monospace")
-        ax.text(i * 1.25 + 0.5, y - 0.14, chain[i].hex()[:6] if full else "no hash", ha="center", va="center",
-                fontsize=8, family="monospace", weight="bold" if full else "normal")
+        ax.text(x + 0.55, y - 0.17, chain[i].hex()[:5] if full else "none", ha="center",
+                va="center", fontsize=10, family="monospace", weight="bold" if full else "normal")
         if i > 0:
-            y0 = 0.0 if i - 1 < shared else y
-            ax.add_patch(FancyArrowPatch(((i - 1) * 1.25 + 1.0, y0), (i * 1.25, y), arrowstyle="-|>",
-                                         mutation_scale=10, color="gray"))
+            prev = i - 1 if i != shared - 2 else 1
+            y0 = 0.0 if prev < shared else y
+            ax.add_patch(FancyArrowPatch((column(prev) * 1.3 + 1.1, y0), (x, y), arrowstyle="-|>",
+                                         mutation_scale=12, color="gray"))
+    if start == 0:
+        ax.text(2 * 1.3 + 0.5, y, "...", ha="center", va="center", fontsize=14)
 
 
-fig, ax = plt.subplots(figsize=(13, 3.4), dpi=DPI)
-draw_chain(ax, prompts[0], chains[0][:shared], 0.0, 0, "#C6DBEF", partial=False)  # the shared prefix, once
-draw_chain(ax, prompts[0], chains[0], 0.9, shared, "#FDD0A2")
-draw_chain(ax, prompts[1], chains[1], -0.9, shared, "#C7E9C0")
-ax.text(-0.2, 0.9, repr(first_lines[0])[1:-1], ha="right", va="center", fontsize=9)
-ax.text(-0.2, -0.9, repr(first_lines[1])[1:-1], ha="right", va="center", fontsize=9)
-ax.text(-0.2, 0.0, "system prompt", ha="right", va="center", fontsize=9)
-ax.set(xlim=(-3.2, 1.25 * max(len(p) // BS + 1 for p in prompts)), ylim=(-1.4, 1.4),
-       title=f"Each full block of {BS} tokens is named by hash(parent, its tokens), shown with its last 7 "
-       "characters:\nthe shared system prompt is one chain (blue), the two conversations branch off, a partial "
-       "block has no name yet")
+fig, ax = plt.subplots(figsize=(8, 4.2), dpi=DPI)
+draw_chain(ax, prompts[0], chains[0][:shared], 0.0, 0, "#C6DBEF", partial=False)  # shared, once
+draw_chain(ax, prompts[0], chains[0], 1.1, shared, "#FDD0A2")
+draw_chain(ax, prompts[1], chains[1], -1.1, shared, "#C7E9C0")
+for y, label in ((1.1, "def\nread_lines"), (-1.1, "class\nStack"), (0.0, "system\nprompt")):
+    ax.text(-0.15, y, label, ha="right", va="center", fontsize=10)
+ax.set(xlim=(-1.6, column(max(len(p) // BS for p in prompts)) * 1.3 + 1.2), ylim=(-1.6, 1.6),
+       title=f"Blocks of {BS} tokens, named by hash(parent, tokens)")
 ax.axis("off")
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
+# *The figure:* each box is a full block, with its last 5 characters and the first hex digits of its hash;
+# the blue chain is the system prompt both prompts share (its blocks 2 to 9 left out), and the dashed
+# boxes ("none") are partial blocks, which get no hash.
+#
 # The branches start where the two prompts first differ *within a block*: the block that holds the end of the
 # system prompt and the start of the user's line differs between them, and so does every block after it, even
 # one whose own tokens happened to match, because its parent differs.
@@ -256,6 +278,33 @@ for window in (None, W):
 # skipped early positions included (`kv_cache_manager.py:302-306`), recorded in `PrefixCacheStats`
 # (`kv_cache_manager.py:255-264`, `vllm/v1/metrics/stats.py:121`).
 #
+# **Hybrid models: the global layers bound every hit.** Gemma 2 and 3 mix sliding-window layers with global
+# (full-attention) ones: Gemma 3 has five local layers to one global. vLLM gives each kind its own blocks and its own
+# search, and `HybridKVCacheCoordinator.find_longest_cache_hit` puts full attention first (the groups are sorted so,
+# `vllm/v1/core/kv_cache_coordinator.py:756-760`): the global layers' hit is the run of cached blocks **from block 0**,
+# and the sliding-window search then runs only **within** it (`max_length=_max_length`, the current hit length,
+# line 888); with one full and one sliding kind a single pass settles it (`is_simple_hybrid`, lines 837-840), and the
+# full-attention blocks are cut back to the final length (lines 919-931). So the window's rule above saves a hybrid
+# model nothing once a global layer's early block is evicted: five layers in six could start at token 240 holding 4
+# blocks, but the sixth needs every block before that. Below, the sliding layers hold what `pool` holds (blocks 3 to
+# 14), and the global layers' own pool holds only the prompt's first 8 blocks, then only its first 5:
+
+# %%
+for kept in (8, 5):
+    global_pool = PrefixCache(num_blocks=kept)  # the global layers' blocks: the first `kept` still cached
+    for b, h in zip([global_pool.allocate() for _ in range(kept)], hashes):
+        global_pool.cache(b, h)
+    full_hit = len(find_longest_cache_hit(global_pool, hashes, BS, max_tokens=len(prompt) - 1))
+    hybrid = find_longest_cache_hit(pool, hashes, BS, window_size=W, max_tokens=full_hit * BS)
+    print(f"global layers hold blocks 0-{kept - 1}: their hit {full_hit * BS} tokens; the sliding layers, "
+          f"searched within it: {len(hybrid) * BS} tokens skipped (alone they would skip 240)")
+
+# %% [markdown]
+# With 8 global blocks the hit is 128 tokens, not 240: the window layers find their 4 blocks (4 to 7) before
+# token 128. With 5 it is **0**: before token 80 the window needs blocks 1 to 4, blocks 1 and 2 are gone, and the
+# run from block 0 is empty, although each kind alone would have skipped 80 or 240 tokens. The hit is the longest
+# length at which *every* kind of layer has what it needs.
+#
 # ## 4. A multi-turn chat, with caching off, on, and with a store
 #
 # The workload (`swkv_teach.serving.serve_chat`): 8 conversations share a system prompt of about 200 characters;
@@ -295,8 +344,15 @@ for name, (out, st) in runs.items():
 # With caching on, the server computes about an eighth of the prompt tokens: the system prompt once, each
 # history once, then only each turn's new line and the partial block before it. The small pool loses part of
 # that (blocks evicted before the next turn asks for them), and the store wins it back: an evicted block costs
-# one copy from the store instead of a prefill. Every server gives the same tokens: nothing a cache or a
-# store returns can change one. Tokens per second (medians of 2 interleaved runs; this machine's figures, noisy):
+# one copy from the store instead of a prefill. Every server gives the same tokens, and here that is no accident:
+# on this CPU reference, in float32, a cached or fetched block holds the very bits a prefill computes, and the
+# decode step's arithmetic does not depend on what else is in the batch. That holds for this reference, not for
+# GPU engines in general: there a different batch composition (or a block computed in another forward, with
+# another split of the work) changes the order of floating-point sums, and a near-tie between two tokens can flip.
+# vLLM "does not guarantee the reproducibility of the results by default" (`docs/usage/reproducibility.md` in
+# v0.33.0); outputs independent of the batch it promises only with batch invariance on, `VLLM_BATCH_INVARIANT=1`
+# (`docs/features/batch_invariance.md`, `vllm/envs.py:638`). Tokens per second (medians of 2 interleaved runs;
+# this machine's figures, noisy):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -311,14 +367,39 @@ for name, rates in speed.items():
 
 # %% [markdown]
 # What these timings can show and what they cannot. The prefill tokens saved (the table above) are exact and the
-# same on every machine; tokens per second are this machine's, noisy, and not stored with the lesson. Caching on
+# same on every machine; tokens per second are this machine's and noisy: the output stored with the lesson is
+# one run on the machine that built it, and the tests do not compare it (your run prints its own). Caching on
 # runs faster here: it skips most of the prefill. The small pool runs fewer requests at once and recomputes what
 # it evicted. The store gives back the *prefill tokens* the small pool lost, but on this tiny model it need not
 # give back any *speed*: reading a block back (fetch, checksum, copy into the pool) costs about as much as
 # recomputing its 16 tokens through 300,000 parameters, so the "+ store" row may come out no faster than the
-# small pool alone, or a little slower. The prefill a hit saves grows with the model (about `2 × parameters`
-# FLOPs per token, lesson 0), the copy grows only with the size of the keys: on a 7B model a block from a store
-# is far cheaper than computing it, which is why tiers such as LMCache exist.
+# small pool alone, or a little slower. The prefill a hit saves grows with the model (about
+# $2 \times \text{parameters}$ FLOPs per token, lesson 0), the fetch with the bytes of its keys and values. Fetching
+# wins when it takes less time than recomputing, that is above a **break-even bandwidth**
+#
+# $$B^{*} = \frac{\text{KV bytes per token} \times \text{FLOP/s}}{2 \times \text{parameters}},$$
+#
+# and whether a store clears it depends on the link, not only on the model. Mistral 7B keeps 128 KiB per token
+# (fp16) and computes about 14.5 GFLOP per token; at 500 TFLOP/s (a good H100 prefill) recomputing takes about
+# 29 µs per token, while 10 Gbit Ethernet (1.25 GB/s) fetches 128 KiB in 105 µs: the store is *slower*. The cell
+# below prints $B^{*}$. (It leaves out attention's own prefill FLOPs, which grow with the context and favour
+# fetching for long prompts.) CacheGen (Liu et al., [arXiv:2310.07240](https://arxiv.org/abs/2310.07240))
+# compresses the KV cache because fetching it over a network can take longer than recomputing it, and "Compute or
+# Load KV Cache? Why Not Both?" (Jin et al., [arXiv:2410.03065](https://arxiv.org/abs/2410.03065)) computes part
+# of a prefix and loads the rest at once, because neither is always faster. Tiers such as LMCache pay off where the
+# bandwidth is there (CPU memory over PCIe, fast local disks) or the GPU's FLOPs are busy elsewhere.
+
+# %%
+def break_even_bandwidth(kv_bytes_per_token, flops_per_s, parameters):
+    """Bytes/s above which fetching a token's keys and values beats recomputing them (2 x parameters FLOPs)."""
+    return kv_bytes_per_token * flops_per_s / (2 * parameters)
+
+
+MISTRAL_KV, MISTRAL_PARAMS = 2 * 32 * 8 * 128 * 2, 7.24e9  # 2 (k, v) x layers x kv heads x head_dim x fp16
+for flops in (500e12, 989e12):
+    bw = break_even_bandwidth(MISTRAL_KV, flops, MISTRAL_PARAMS)
+    print(f"Mistral 7B at {flops / 1e12:3.0f} TFLOP/s: recompute {2 * MISTRAL_PARAMS / flops * 1e6:4.1f} us/token, "
+          f"break-even {bw / 1e9:4.1f} GB/s; a 10 GbE fetch takes {MISTRAL_KV / 1.25e9 * 1e6:.0f} us/token")
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 3.6), dpi=DPI)
@@ -359,7 +440,9 @@ for budget in (None, 1024):
 #
 # A `LocalStore` dies with its process. `swkv_teach.store.RedisStore(url)` keeps the same blocks in a Redis
 # server that every process, and every machine, can reach: a second server process skips the prefill of prompts
-# the first one served. Each value carries a header and a checksum, so nothing Redis hands back can change a token:
+# the first one served. Each value carries a header and a checksum, so nothing Redis hands back is another model's
+# block or a corrupted one (a checksum guards against corruption, not against numerics: what it returns are the
+# bits the writer computed):
 #
 # * the header is the **layout**: a format version, a fingerprint (SHA-256) of the model's config and weights,
 #   the dtype, block size, layer count, KV heads and head size; a value of another model, dtype or layout is a
@@ -533,7 +616,9 @@ plt.show()
 #   token.
 # * On a multi-turn chat, prefix caching computes an eighth of the prompt tokens; a store behind a small pool wins
 #   back what the pool evicts, and on Redis it is shared by every process, with headers and checksums so that
-#   nothing it returns can change a token.
+#   nothing it returns belongs to another model or layout, or is corrupted. A checksum guards against corruption,
+#   not numerics: on a GPU engine a reused block can still flip a near-tie (vLLM: `VLLM_BATCH_INVARIANT=1`).
+# * A store beats recomputing only above the break-even bandwidth, KV bytes per token × FLOP/s ÷ (2 × parameters).
 # * Redis's LRU samples: close to exact above the cliff, kinder than exact below it, and its clock ticks once a
 #   second.
 #
