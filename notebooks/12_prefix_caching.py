@@ -57,19 +57,33 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 import swkv_teach
 from swkv_teach import LRUKVCache
 from swkv_teach.bench.lru_replay import compare_lru, exact_lru_hits, prompt_block_trace
-from swkv_teach.caches.prefix import FreeBlockQueue, PrefixCache, block_hashes, find_longest_cache_hit
+from swkv_teach.caches.prefix import (
+    FreeBlockQueue,
+    PrefixCache,
+    block_hashes,
+    find_longest_cache_hit,
+)
 from swkv_teach.serving import SYSTEM_PROMPT, Scheduler, serve_chat
-from swkv_teach.store import LocalStore, RedisServer, RedisStore, block_layout, encode_block
+from swkv_teach.store import (
+    LocalStore,
+    RedisServer,
+    RedisStore,
+    block_layout,
+    encode_block,
+)
 
 torch.manual_seed(0)
 torch.set_num_threads(1)
 plt.rcParams.update({"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 10})
 DPI = 110
 
-model, tok = swkv_teach.load_pretrained()  # on the CPU: the serving runs below compare like with like
+# on the CPU: the serving runs below compare like with like
+model, tok = swkv_teach.load_pretrained()
 W, BS = model.config.window_size, 16
-print(f"window W = {W}, block_size = {BS}: a block holds {BS} tokens' keys and values in each of "
-      f"{model.config.n_layers} layers")
+print(
+    f"window W = {W}, block_size = {BS}: a block holds {BS} tokens' keys and values in"
+    f" each of {model.config.n_layers} layers"
+)
 
 # %% [markdown]
 # ## 0. Redis on this machine
@@ -90,7 +104,10 @@ except ImportError:
     HAVE_REDIS = False
 print("redis-server and the redis client found:", HAVE_REDIS)
 if not HAVE_REDIS:
-    print("sections 5 and 6 need them: see the install lines above, then restart the kernel")
+    print(
+        "sections 5 and 6 need them: see the install lines above, then restart the"
+        " kernel"
+    )
 
 # %% [markdown]
 # ## 1. The build guide's LRU, reborn as the free block queue
@@ -133,8 +150,15 @@ queue = FreeBlockQueue()
 for block in (0, 1, 2):  # three cached blocks freed, in this order
     queue.append(block)
 queue.remove(0)  # a new request hits block 0: in use now, out of the queue
-print("free queue after freeing 0,1,2 and a hit on 0:      ", list(queue), "(0 is in use)")
-print("allocate() with no empty block evicts block", queue.popleft(), "| queue now", list(queue))
+print(
+    "free queue after freeing 0,1,2 and a hit on 0:      ", list(queue), "(0 is in use)"
+)
+print(
+    "allocate() with no empty block evicts block",
+    queue.popleft(),
+    "| queue now",
+    list(queue),
+)
 queue.append(0)  # the request that held block 0 finishes
 print("block 0 freed again goes to the tail:                 ", list(queue))
 
@@ -162,55 +186,105 @@ print("block 0 freed again goes to the tail:                 ", list(queue))
 
 # %%
 SALT = "print(hash('def read_lines'), hash((1, 2, 3)))"
-two = [subprocess.run([sys.executable, "-c", SALT], capture_output=True, text=True, check=True,
-                      env={**os.environ, "PYTHONHASHSEED": "random"}).stdout.split() for _ in range(2)]
-print(f"hash of a str the same in two processes: {two[0][0] == two[1][0]}; "
-      f"hash((1, 2, 3)) the same: {two[0][1] == two[1][1]}")
+two = [
+    subprocess.run(
+        [sys.executable, "-c", SALT],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "random"},
+    ).stdout.split()
+    for _ in range(2)
+]
+print(
+    f"hash of a str the same in two processes: {two[0][0] == two[1][0]}; "
+    f"hash((1, 2, 3)) the same: {two[0][1] == two[1][1]}"
+)
 
 first_lines = ["def read_lines(path):\n", "class Stack:\n"]
 prompts = [tok.encode(SYSTEM_PROMPT + line) for line in first_lines]
 chains = [block_hashes(p, BS) for p in prompts]
 shared = sum(1 for a, b in zip(*chains) if a == b)
-print(f"prompts of {len(prompts[0])} and {len(prompts[1])} tokens: {len(chains[0])} and {len(chains[1])} full "
-      f"blocks, the first {shared} shared; partial last blocks of {len(prompts[0]) % BS} and "
-      f"{len(prompts[1]) % BS} tokens (no hash)")
+print(
+    f"prompts of {len(prompts[0])} and {len(prompts[1])} tokens: {len(chains[0])} and"
+    f" {len(chains[1])} full blocks, the first {shared} shared; partial last blocks of"
+    f" {len(prompts[0]) % BS} and {len(prompts[1]) % BS} tokens (no hash)"
+)
 
 
 def column(i):
-    """Blocks 2 .. shared - 3 of the common chain are left out (a "..." stands for them): 8 columns in all."""
+    """Block i's column: blocks 2 .. shared - 3 are left out, a "..." stands for them."""
     return i if i < 2 else i - (shared - 2) + 3
 
 
 def draw_chain(ax, prompt, chain, y, start, color, partial=True):
-    """One prompt's blocks from `start` on row y: its last 5 characters, the first 5 hex digits of its hash."""
+    """A prompt's blocks from `start` on row y: last 5 characters, first 5 hex digits of the hash."""
     for i in range(start, len(chain) + (1 if partial and len(prompt) % BS else 0)):
         if 2 <= i < shared - 2:
             continue
         full, x = i < len(chain), column(i) * 1.3
-        ax.add_patch(Rectangle((x, y - 0.38), 1.1, 0.76, facecolor=color if full else "white",
-                               edgecolor="black", linestyle="-" if full else "--"))
+        ax.add_patch(
+            Rectangle(
+                (x, y - 0.38),
+                1.1,
+                0.76,
+                facecolor=color if full else "white",
+                edgecolor="black",
+                linestyle="-" if full else "--",
+            )
+        )
         text = tok.decode(prompt[i * BS : (i + 1) * BS]).replace("\n", "⏎")
-        ax.text(x + 0.55, y + 0.15, repr(text[-5:])[1:-1], ha="center", va="center", fontsize=10,
-                family="monospace")
-        ax.text(x + 0.55, y - 0.17, chain[i].hex()[:5] if full else "none", ha="center",
-                va="center", fontsize=10, family="monospace", weight="bold" if full else "normal")
+        ax.text(
+            x + 0.55,
+            y + 0.15,
+            repr(text[-5:])[1:-1],
+            ha="center",
+            va="center",
+            fontsize=10,
+            family="monospace",
+        )
+        ax.text(
+            x + 0.55,
+            y - 0.17,
+            chain[i].hex()[:5] if full else "none",
+            ha="center",
+            va="center",
+            fontsize=10,
+            family="monospace",
+            weight="bold" if full else "normal",
+        )
         if i > 0:
             prev = i - 1 if i != shared - 2 else 1
             y0 = 0.0 if prev < shared else y
-            ax.add_patch(FancyArrowPatch((column(prev) * 1.3 + 1.1, y0), (x, y), arrowstyle="-|>",
-                                         mutation_scale=12, color="gray"))
+            ax.add_patch(
+                FancyArrowPatch(
+                    (column(prev) * 1.3 + 1.1, y0),
+                    (x, y),
+                    arrowstyle="-|>",
+                    mutation_scale=12,
+                    color="gray",
+                )
+            )
     if start == 0:
         ax.text(2 * 1.3 + 0.5, y, "...", ha="center", va="center", fontsize=14)
 
 
 fig, ax = plt.subplots(figsize=(8, 4.2), dpi=DPI)
-draw_chain(ax, prompts[0], chains[0][:shared], 0.0, 0, "#C6DBEF", partial=False)  # shared, once
+# shared, once
+draw_chain(ax, prompts[0], chains[0][:shared], 0.0, 0, "#C6DBEF", partial=False)
 draw_chain(ax, prompts[0], chains[0], 1.1, shared, "#FDD0A2")
 draw_chain(ax, prompts[1], chains[1], -1.1, shared, "#C7E9C0")
-for y, label in ((1.1, "def\nread_lines"), (-1.1, "class\nStack"), (0.0, "system\nprompt")):
+for y, label in (
+    (1.1, "def\nread_lines"),
+    (-1.1, "class\nStack"),
+    (0.0, "system\nprompt"),
+):
     ax.text(-0.15, y, label, ha="right", va="center", fontsize=10)
-ax.set(xlim=(-1.6, column(max(len(p) // BS for p in prompts)) * 1.3 + 1.2), ylim=(-1.6, 1.6),
-       title=f"Blocks of {BS} tokens, named by hash(parent, tokens)")
+ax.set(
+    xlim=(-1.6, column(max(len(p) // BS for p in prompts)) * 1.3 + 1.2),
+    ylim=(-1.6, 1.6),
+    title=f"Blocks of {BS} tokens, named by hash(parent, tokens)",
+)
 ax.axis("off")
 fig.tight_layout()
 plt.show()
@@ -230,13 +304,22 @@ table = [cache.allocate() for _ in range(3)]
 for block, h in zip(table, block_hashes([1, 2, 3, 4, 5, 6], 2)):
     cache.cache(block, h)
 cache.release(table)
-print("one request cached blocks", table, "and finished; free queue, least recently freed first:",
-      list(cache.free_queue))
+print(
+    "one request cached blocks",
+    table,
+    "and finished; free queue, least recently freed first:",
+    list(cache.free_queue),
+)
 second = block_hashes([1, 2, 3, 4, 9, 9], 2)
 hit = cache.lookup(second)
 cache.acquire(hit)
-print("a second request shares the first two blocks: lookup ->", hit, "; it allocates block", cache.allocate(),
-      f"(evicting the tail of the first: {cache.evictions} eviction)")
+print(
+    "a second request shares the first two blocks: lookup ->",
+    hit,
+    "; it allocates block",
+    cache.allocate(),
+    f"(evicting the tail of the first: {cache.evictions} eviction)",
+)
 
 # %% [markdown]
 # ## 3. Sliding-window hits: only the last `W - 1` positions matter
@@ -258,17 +341,27 @@ pool = PrefixCache(num_blocks=len(hashes))
 blocks = [pool.allocate() for _ in hashes]
 for b, h in zip(blocks, hashes):
     pool.cache(b, h)
-pool.release(blocks[:3])  # the request's first 3 blocks are freed first (an unusual order, to evict exactly
-pool.release(blocks[3:])  # them next: a real scheduler frees tail first), then the rest
+# the request's first 3 blocks are freed first, then the rest: an unusual order, to
+# evict exactly them next (a real scheduler frees a request's tail first)
+pool.release(blocks[:3])
+pool.release(blocks[3:])
 for _ in range(3):
-    pool.allocate()  # another request takes 3 blocks: no empty block, so the 3 at the head are evicted
-print(f"prompt of {len(prompt)} tokens, {len(hashes)} full blocks; after other traffic the cached ones are",
-      ["Y" if pool.get(h) is not None else "-" for h in hashes])
+    # another request takes 3 blocks: no empty block, so the 3 at the head are evicted
+    pool.allocate()
+print(
+    f"prompt of {len(prompt)} tokens, {len(hashes)} full blocks; after other traffic"
+    " the cached ones are",
+    ["Y" if pool.get(h) is not None else "-" for h in hashes],
+)
 for window in (None, W):
-    hit = find_longest_cache_hit(pool, hashes, BS, window_size=window, max_tokens=len(prompt) - 1)
+    hit = find_longest_cache_hit(
+        pool, hashes, BS, window_size=window, max_tokens=len(prompt) - 1
+    )
     held = [b for b in hit if b is not None]
-    print(f"{'full attention' if window is None else f'window W = {window}'}: {len(hit) * BS} tokens skipped, "
-          f"{len(held)} blocks held")
+    print(
+        f"{'full attention' if window is None else f'window W = {window}'}:"
+        f" {len(hit) * BS} tokens skipped, {len(held)} blocks held"
+    )
 
 # %% [markdown]
 # Full attention loses the whole prompt with its first block. The window keeps its hit: the request skips every
@@ -291,13 +384,21 @@ for window in (None, W):
 
 # %%
 for kept in (8, 5):
-    global_pool = PrefixCache(num_blocks=kept)  # the global layers' blocks: the first `kept` still cached
+    # the global layers' blocks: the first `kept` still cached
+    global_pool = PrefixCache(num_blocks=kept)
     for b, h in zip([global_pool.allocate() for _ in range(kept)], hashes):
         global_pool.cache(b, h)
-    full_hit = len(find_longest_cache_hit(global_pool, hashes, BS, max_tokens=len(prompt) - 1))
-    hybrid = find_longest_cache_hit(pool, hashes, BS, window_size=W, max_tokens=full_hit * BS)
-    print(f"global layers hold blocks 0-{kept - 1}: their hit {full_hit * BS} tokens; the sliding layers, "
-          f"searched within it: {len(hybrid) * BS} tokens skipped (alone they would skip 240)")
+    full_hit = len(
+        find_longest_cache_hit(global_pool, hashes, BS, max_tokens=len(prompt) - 1)
+    )
+    hybrid = find_longest_cache_hit(
+        pool, hashes, BS, window_size=W, max_tokens=full_hit * BS
+    )
+    print(
+        f"global layers hold blocks 0-{kept - 1}: their hit {full_hit * BS} tokens; the"
+        f" sliding layers, searched within it: {len(hybrid) * BS} tokens skipped (alone"
+        " they would skip 240)"
+    )
 
 # %% [markdown]
 # With 8 global blocks the hit is 128 tokens, not 240: the window layers find their 4 blocks (4 to 7) before
@@ -324,21 +425,33 @@ CHAT = {"conversations": 8, "turns": 3, "max_new_tokens": 24}
 SERVERS = {
     "off": lambda: Scheduler(model, num_blocks=64, block_size=BS),
     "on": lambda: Scheduler(model, num_blocks=64, block_size=BS, prefix_caching=True),
-    "on, small pool": lambda: Scheduler(model, num_blocks=40, block_size=BS, prefix_caching=True),
-    "on, small pool + store": lambda: Scheduler(model, num_blocks=40, block_size=BS, prefix_caching=True,
-                                                store=LocalStore(max_bytes=16 << 20)),
+    "on, small pool": lambda: Scheduler(
+        model, num_blocks=40, block_size=BS, prefix_caching=True
+    ),
+    "on, small pool + store": lambda: Scheduler(
+        model,
+        num_blocks=40,
+        block_size=BS,
+        prefix_caching=True,
+        store=LocalStore(max_bytes=16 << 20),
+    ),
 }
 runs = {}
 for name, make in SERVERS.items():
     scheduler = make()
     runs[name] = (serve_chat(scheduler, tok, **CHAT), scheduler.stats())
 reference = runs["off"][0]["outputs"]
-print(f"{'server':24} {'prompt tokens':>13} {'computed':>9} {'share':>6} {'evicted':>8} {'from store':>10}  "
-      "same tokens")
+print(
+    f"{'server':24} {'prompt tokens':>13} {'computed':>9} {'share':>6} {'evicted':>8}"
+    f" {'from store':>10}  same tokens"
+)
 for name, (out, st) in runs.items():
-    print(f"{name:24} {st['prefix_query_tokens']:13d} {st['prefill_tokens_computed']:9d} "
-          f"{st['prefill_tokens_computed'] / st['prefix_query_tokens']:6.0%} {st['cached_blocks_evicted']:8d} "
-          f"{st['store_hit_blocks']:10d}  {out['outputs'] == reference}")
+    print(
+        f"{name:24} {st['prefix_query_tokens']:13d} {st['prefill_tokens_computed']:9d}"
+        f" {st['prefill_tokens_computed'] / st['prefix_query_tokens']:6.0%}"
+        f" {st['cached_blocks_evicted']:8d} {st['store_hit_blocks']:10d} "
+        f" {out['outputs'] == reference}"
+    )
 
 # %% [markdown]
 # With caching on, the server computes about an eighth of the prompt tokens: the system prompt once, each
@@ -389,17 +502,30 @@ for name, rates in speed.items():
 # of a prefix and loads the rest at once, because neither is always faster. Tiers such as LMCache pay off where the
 # bandwidth is there (CPU memory over PCIe, fast local disks) or the GPU's FLOPs are busy elsewhere.
 
+
 # %%
 def break_even_bandwidth(kv_bytes_per_token, flops_per_s, parameters):
-    """Bytes/s above which fetching a token's keys and values beats recomputing them (2 x parameters FLOPs)."""
+    """Bytes/s above which fetching a token's keys and values beats recomputing them."""
     return kv_bytes_per_token * flops_per_s / (2 * parameters)
 
 
-MISTRAL_KV, MISTRAL_PARAMS = 2 * 32 * 8 * 128 * 2, 7.24e9  # 2 (k, v) x layers x kv heads x head_dim x fp16
+# 2 (k, v) x layers x kv heads x head_dim x fp16
+MISTRAL_KV, MISTRAL_PARAMS = (
+    2 * 32 * 8 * 128 * 2,
+    7.24e9,
+)
 for flops in (500e12, 989e12):
     bw = break_even_bandwidth(MISTRAL_KV, flops, MISTRAL_PARAMS)
-    print(f"Mistral 7B at {flops / 1e12:3.0f} TFLOP/s: recompute {2 * MISTRAL_PARAMS / flops * 1e6:4.1f} us/token, "
-          f"break-even {bw / 1e9:4.1f} GB/s; a 10 GbE fetch takes {MISTRAL_KV / 1.25e9 * 1e6:.0f} us/token")
+    # seconds per token
+    recompute, fetch = (
+        2 * MISTRAL_PARAMS / flops,
+        MISTRAL_KV / 1.25e9,
+    )
+    print(
+        f"Mistral 7B at {flops / 1e12:3.0f} TFLOP/s: recompute {recompute * 1e6:4.1f}"
+        f" µs/token, break-even {bw / 1e9:4.1f} GB/s; a 10 GbE fetch takes"
+        f" {fetch * 1e6:.0f} µs/token"
+    )
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 3.6), dpi=DPI)
@@ -408,12 +534,21 @@ computed = [runs[n][1]["prefill_tokens_computed"] for n in names]
 ax.barh(names[::-1], computed[::-1], color=["#2CA02C", "#FF7F0E", "#1F77B4", "#7F7F7F"])
 for y, v in enumerate(computed[::-1]):
     ax.text(v + 60, y, f"{v}", va="center")
-ax.set(xlabel="prompt tokens computed (prefill), 24 requests", xlim=(0, max(computed) * 1.15),
-       title="Prefix caching computes each shared block once; a store wins back what a small pool evicts")
+ax.set(
+    xlabel="prompt tokens computed (prefill), 24 requests",
+    xlim=(0, max(computed) * 1.15),
+    title=(
+        "Prefix caching computes each shared block once; a store wins back what a small"
+        " pool evicts"
+    ),
+)
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
+# *The figure:* the prompt tokens each of the four servers computed for the same 24 requests; the shorter the bar,
+# the more prefill the cache (and the store) saved.
+#
 # One limit of this scheduler: a block is cached after the forward that computes its keys. In the reserved mode
 # every newcomer is prefilled in its own forward, so the next one finds its blocks; with a `token_budget`, the
 # requests admitted in one step share one forward, and none of them hits another's blocks, not even an identical
@@ -426,14 +561,18 @@ plt.show()
 # %%
 duplicate = tok.encode(SYSTEM_PROMPT)
 for budget in (None, 1024):
-    sched = Scheduler(model, num_blocks=64, block_size=BS, prefix_caching=True, token_budget=budget)
+    sched = Scheduler(
+        model, num_blocks=64, block_size=BS, prefix_caching=True, token_budget=budget
+    )
     for _ in range(4):
         sched.submit(duplicate, max_new_tokens=4)
     sched.run()
     st = sched.stats()
     mode = "reserved mode" if budget is None else f"token_budget={budget}"
-    print(f"{mode:17}: {st['prefix_hit_tokens']:3d} of {st['prefix_query_tokens']} prompt tokens hit, "
-          f"{st['prefill_tokens_computed']} computed")
+    print(
+        f"{mode:17}: {st['prefix_hit_tokens']:3d} of {st['prefix_query_tokens']} prompt"
+        f" tokens hit, {st['prefill_tokens_computed']} computed"
+    )
 
 # %% [markdown]
 # ## 5. The store on Redis, shared by two processes
@@ -457,9 +596,18 @@ for budget in (None, 1024):
 # %%
 layout = block_layout(model, BS)
 k = torch.zeros(layout["num_layers"], BS, layout["n_kv_heads"], layout["head_dim"])
-print("layout:", {key: (value[:12] + "..." if key == "model" else value) for key, value in layout.items()})
-print(f"one block: {k.numel()} keys + {k.numel()} values in float32 = {2 * k.numel() * 4} bytes; stored with "
-      f"header and checksum: {len(encode_block(bytes(32), layout, k, k))} bytes")
+print(
+    "layout:",
+    {
+        key: value[:12] + "..." if key == "model" else value
+        for key, value in layout.items()
+    },
+)
+print(
+    f"one block: {k.numel()} keys + {k.numel()} values in float32 = {2 * k.numel() * 4}"
+    " bytes; stored with header and checksum:"
+    f" {len(encode_block(bytes(32), layout, k, k))} bytes"
+)
 
 # %% [markdown]
 # The first process below is a separate Python: it serves the chat with a small pool and a `RedisStore`, so its
@@ -474,24 +622,35 @@ from swkv_teach import load_pretrained
 from swkv_teach.serving import Scheduler, serve_chat
 from swkv_teach.store import RedisStore
 model, tok = load_pretrained()
-s = Scheduler(model, num_blocks=40, block_size=16, prefix_caching=True, store=RedisStore(URL))
+s = Scheduler(model, num_blocks=40, block_size=16, prefix_caching=True,
+              store=RedisStore(URL))
 out = serve_chat(s, tok, conversations=8, turns=3, max_new_tokens=24)
 print(json.dumps({"outputs": out["outputs"], "put": s.stats()["store_put_blocks"]}))
 """
 if HAVE_REDIS:
     server = RedisServer().start()
     script = f"URL = {server.url!r}\n" + FIRST
-    other = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                                      check=True).stdout.splitlines()[-1])
+    other = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        ).stdout.splitlines()[-1]
+    )
     store = RedisStore(server.url)
-    here = Scheduler(model, num_blocks=160, block_size=BS, prefix_caching=True, store=store)
+    here = Scheduler(
+        model, num_blocks=160, block_size=BS, prefix_caching=True, store=store
+    )
     out = serve_chat(here, tok, **CHAT)
     st = here.stats()
-    print(f"the other process wrote {other['put']} blocks to Redis; this one wrote {st['store_put_blocks']}, "
-          f"hit {st['store_hit_blocks']} blocks there ({st['store_rejected']} rejected, {st['store_errors']} "
-          "errors)")
-    print(f"prompt tokens computed here: {st['prefill_tokens_computed']} of {st['prefix_query_tokens']}; "
-          f"same tokens as without caching, in both processes: {out['outputs'] == other['outputs'] == reference}")
+    print(
+        f"the other process wrote {other['put']} blocks to Redis; this one wrote"
+        f" {st['store_put_blocks']}, hit {st['store_hit_blocks']} blocks there"
+        f" ({st['store_rejected']} rejected, {st['store_errors']} errors)"
+    )
+    print(
+        f"prompt tokens computed here: {st['prefill_tokens_computed']} of"
+        f" {st['prefix_query_tokens']}; same tokens as without caching, in both"
+        f" processes: {out['outputs'] == other['outputs'] == reference}"
+    )
     server.stop()
 
 # %% [markdown]
@@ -527,9 +686,15 @@ trace = prompt_block_trace(chat_prompts, BS)
 value_bytes = len(encode_block(bytes(32), layout, k, k))
 capacities = list(range(2, 61))
 exact = [exact_lru_hits(trace, c) / len(trace) for c in capacities]
-print(f"{len(trace)} block accesses, {len(set(trace))} distinct blocks of {value_bytes} bytes")
+print(
+    f"{len(trace)} block accesses, {len(set(trace))} distinct blocks of {value_bytes}"
+    " bytes"
+)
 for c in (10, 15, 20, 25, 30, 45):
-    print(f"exact LRU holding {c:2d} blocks: hit rate {exact_lru_hits(trace, c) / len(trace):.0%}")
+    print(
+        f"exact LRU holding {c:2d} blocks: hit rate"
+        f" {exact_lru_hits(trace, c) / len(trace):.0%}"
+    )
 
 # %% [markdown]
 # The exact LRU has a cliff: below about 15 blocks it hits nothing at all. The chat's conversations come round
@@ -541,52 +706,111 @@ for c in (10, 15, 20, 25, 30, 45):
 BUDGETS = ["1300kb", "1400kb", "1550kb", "1750kb", "2000kb"]
 rows = []
 if HAVE_REDIS:
-    with RedisServer(config={"maxmemory": BUDGETS[-1], "maxmemory-policy": "allkeys-lru"}) as empty:
+    with RedisServer(
+        config={"maxmemory": BUDGETS[-1], "maxmemory-policy": "allkeys-lru"}
+    ) as empty:
         baseline = redis.Redis.from_url(empty.url).info("memory")["used_memory"]
     for budget in BUDGETS:
         for _ in range(2):
-            rows += compare_lru(trace, value_bytes, maxmemory=budget, samples=(1, 5, 10))
-            rows += compare_lru(trace, value_bytes, maxmemory=budget, samples=(5,), clocks=("wall",))
+            rows += compare_lru(
+                trace, value_bytes, maxmemory=budget, samples=(1, 5, 10)
+            )
+            rows += compare_lru(
+                trace, value_bytes, maxmemory=budget, samples=(5,), clocks=("wall",)
+            )
             for r in rows[-4:]:
                 r["budget"] = budget
-    kib = {budget: int(budget[:-2]) * 1024 for budget in BUDGETS}  # Redis's "kb" is 1024 bytes
-    caps = {budget: statistics.median(r["capacity"] for r in rows if r["budget"] == budget) for budget in BUDGETS}
-    per_block = (kib[BUDGETS[-1]] - kib[BUDGETS[0]]) / (caps[BUDGETS[-1]] - caps[BUDGETS[0]])  # the slope
+    kib = {
+        budget: int(budget[:-2]) * 1024 for budget in BUDGETS
+    }  # Redis's "kb" is 1024 bytes
+    caps = {
+        budget: statistics.median(r["capacity"] for r in rows if r["budget"] == budget)
+        for budget in BUDGETS
+    }
+    # the slope
+    per_block = (kib[BUDGETS[-1]] - kib[BUDGETS[0]]) / (
+        caps[BUDGETS[-1]] - caps[BUDGETS[0]]
+    )
     overhead = statistics.median(kib[b] - caps[b] * per_block for b in BUDGETS)
-    print(f"Redis's used_memory before any block: {baseline:,} bytes. One block costs ~{per_block:,.0f} bytes in "
-          f"Redis (its {value_bytes:,}-byte value, its key, the allocator's rounding), so a budget holds about\n"
-          f"(maxmemory - {overhead:,.0f}) / {per_block:,.0f} blocks: Redis's own memory, a little more once a "
-          "client writes than when empty, counts against maxmemory")
+    print(
+        f"Redis's used_memory before any block: {baseline:,} bytes. One block costs"
+        f" ~{per_block:,.0f} bytes in Redis (its {value_bytes:,}-byte value, its key,"
+        " the allocator's rounding), so a budget holds about\n(maxmemory -"
+        f" {overhead:,.0f}) / {per_block:,.0f} blocks: Redis's own memory, a little"
+        " more once a client writes than when empty, counts against maxmemory"
+    )
     for budget in BUDGETS:
         mine = [r for r in rows if r["budget"] == budget]
         cap = caps[budget]
-        rate = {(clock, s): statistics.median(r["redis_hit_rate"] for r in mine
-                                              if (r["clock"], r["samples"]) == (clock, s))
-                for clock, s in (("virtual", 1), ("virtual", 5), ("virtual", 10), ("wall", 5))}
+        rate = {
+            (clock, s): statistics.median(
+                r["redis_hit_rate"]
+                for r in mine
+                if (r["clock"], r["samples"]) == (clock, s)
+            )
+            for clock, s in (
+                ("virtual", 1),
+                ("virtual", 5),
+                ("virtual", 10),
+                ("wall", 5),
+            )
+        }
         cells = "  ".join(f"{clock} {s:>2}: {v:.0%}" for (clock, s), v in rate.items())
         exact_rate = statistics.median(r["exact_hit_rate"] for r in mine)
-        print(f"maxmemory {budget:>6} (~{cap:.0f} blocks): exact {exact_rate:.0%} | Redis {cells}")
+        print(
+            f"maxmemory {budget:>6} (~{cap:.0f} blocks): exact {exact_rate:.0%} | Redis"
+            f" {cells}"
+        )
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 4.2), dpi=DPI)
 ax.plot(capacities, exact, color="black", lw=2, label="exact LRU (OrderedDict)")
 styles = {1: ("#D62728", "v"), 5: ("#FF7F0E", "o"), 10: ("#2CA02C", "^")}
 for s, (color, marker) in styles.items():
-    pts = [(r["capacity"], r["redis_hit_rate"]) for r in rows if r["samples"] == s and r["clock"] == "virtual"]
+    pts = [
+        (r["capacity"], r["redis_hit_rate"])
+        for r in rows
+        if r["samples"] == s and r["clock"] == "virtual"
+    ]
     if pts:
-        ax.scatter(*zip(*pts), color=color, marker=marker, alpha=0.7, label=f"Redis allkeys-lru, samples {s}")
-pts = [(r["capacity"], r["redis_hit_rate"]) for r in rows if r["samples"] == 5 and r["clock"] == "wall"]
+        ax.scatter(
+            *zip(*pts),
+            color=color,
+            marker=marker,
+            alpha=0.7,
+            label=f"Redis allkeys-lru, samples {s}",
+        )
+pts = [
+    (r["capacity"], r["redis_hit_rate"])
+    for r in rows
+    if r["samples"] == 5 and r["clock"] == "wall"
+]
 if pts:
-    ax.scatter(*zip(*pts), color="gray", marker="x", label="Redis, samples 5, replayed within ~1 s (no trick)")
-ax.set(xlabel="blocks the cache holds", ylabel="hit rate over the chat's block accesses", ylim=(-0.03, 1.0),
-       xlim=(0, 61), title="The chat's block accesses: exact LRU (line) and Redis's sampled LRU (points), "
-       "same capacity")
+    ax.scatter(
+        *zip(*pts),
+        color="gray",
+        marker="x",
+        label="Redis, samples 5, replayed within ~1 s (no trick)",
+    )
+ax.set(
+    xlabel="blocks the cache holds",
+    ylabel="hit rate over the chat's block accesses",
+    ylim=(-0.03, 1.0),
+    xlim=(0, 61),
+    title=(
+        "The chat's block accesses: exact LRU (line) and Redis's sampled LRU (points), "
+        "same capacity"
+    ),
+)
 ax.grid(alpha=0.3)
 ax.legend(loc="lower right")
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
+# *The figure:* the black line is an exact LRU's hit rate at each capacity; the points are Redis's, at the capacity
+# each `maxmemory` budget gave, for 1, 5 and 10 samples, and (grey crosses) without the one-second trick.
+#
 # What the measurement says (the points are this run's; Redis samples at random, so they move a little):
 #
 # * **Where the working set fits** (40 blocks and more), every policy hits nearly everything it can.
