@@ -546,7 +546,8 @@ per_window = [
     int((kd.split_blocks([n], W, bs_, S, n // bs_ + 1).diff(dim=-1).clamp(min=0)).max())
     for n in lengths
 ]
-# splits cut from the whole sequence, as seqlen_k / num_splits: the busiest split's window blocks
+# splits cut from the whole sequence (seqlen_k / num_splits): the busiest split's
+# window blocks
 per_seq = []
 for n in lengths:
     per, first = -(-(-(-n // bs_)) // S), max(n - W, 0) // bs_
@@ -598,8 +599,9 @@ plt.close(fig)
 # is one whose bytes per second come close to the memory's.
 
 # %%
-# Data-sheet peaks (docs/references.md, "GPUs: memory bandwidth"), in bytes/s. The same name covers boards with
-# different memories: Colab's A100 is the 40 GB SXM4 (1,555 GB/s), an H100 PCIe has 2.0 TB/s, an SXM 3.35.
+# Data-sheet peaks (docs/references.md, "GPUs: memory bandwidth"), in bytes/s. One name
+# covers boards with different memories: Colab's A100 is the 40 GB SXM4 (1,555 GB/s),
+# an H100 PCIe has 2.0 TB/s, an SXM 3.35.
 # (words the device name contains, its memory in GiB from .. to, peak bytes/s, board)
 DATA_SHEETS = [
     (("T4",), 14, 16.5, 320e9, "T4"),
@@ -663,7 +665,7 @@ ax.axvline(989e12 / 3.35e12, color="black", ls="--", lw=1)
 ax.text(
     989e12 / 3.35e12 / 1.1,
     1500,
-    "H100 ridge point:\n989 TFLOPS / 3.35 TB/s",
+    "H100 SXM ridge point:\n989 TFLOPS / 3.35 TB/s",
     ha="right",
     va="top",
     fontsize=9,
@@ -687,7 +689,7 @@ plt.close(fig)
 
 # %% [markdown]
 # *The figure:* each line is a GPU's memory roof, the FLOP/s its bandwidth can feed at a given intensity; the grey
-# band, where decode attention lives, lies far left of the dashed H100 ridge point, so its roof is the memory's.
+# band, where decode attention lives, lies far left of the dashed H100 SXM ridge point, so its roof is the memory's.
 #
 # ## 5. On a GPU: time it, and put it on the roof
 #
