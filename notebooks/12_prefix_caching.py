@@ -213,12 +213,12 @@ print(
 
 
 def column(i):
-    """Block i's column: blocks 2 .. shared - 3 are left out, a "..." stands for them."""
+    """Block i's column: blocks 2 .. shared - 3 are left out ("..." stands for them)."""
     return i if i < 2 else i - (shared - 2) + 3
 
 
 def draw_chain(ax, prompt, chain, y, start, color, partial=True):
-    """A prompt's blocks from `start` on row y: last 5 characters, first 5 hex digits of the hash."""
+    """A prompt's blocks from `start` on row y: last 5 characters, start of the hash."""
     for i in range(start, len(chain) + (1 if partial and len(prompt) % BS else 0)):
         if 2 <= i < shared - 2:
             continue
