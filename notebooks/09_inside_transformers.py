@@ -135,7 +135,9 @@ for name, t in us.items():
 #
 # **One token** (q = 1, window full): the ring returns its `W` slots in **slot** order, not position order. HF's
 # mask row for that query covers positions `n - W + 1 … n`, all inside the window, so every entry is True and the
-# order cannot matter (softmax over keys is a sum). No roll, no copy.
+# order cannot change which keys are attended, nor, in exact arithmetic, the result (softmax over keys is a sum).
+# In floating point another order of the sum can change the last bits, which is why the parity below is checked
+# to 1e-4, not bit for bit. No roll, no copy.
 #
 # **A chunk** (q > 1): now the mask differs from row to row (query `n + 1` must not see key `n - W + 1`), and HF
 # lays it out by position. Slot order would silently attend the wrong keys. So the ring's chunk path returns the
