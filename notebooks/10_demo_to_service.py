@@ -160,7 +160,7 @@ print("the target is untouched: seen =", wrong[0].seen)
 # %% [markdown]
 # ### Why a window's state is small
 #
-# The saved state holds `2 (k, v) × layers × KV heads × W × head_dim` numbers, whatever the length of the
+# The saved state holds $2\,(k, v) \times \text{layers} \times \text{KV heads} \times W \times \text{head\_dim}$ numbers, whatever the length of the
 # generation. A full-attention cache grows by the same amount *per token*, forever. Next to the weights:
 
 # %%
@@ -260,9 +260,9 @@ plt.show()
 # %% [markdown]
 # The ring allocates its `W` slots at the first token and is flat from there; the naive cache grows to `W`
 # then stays; the paged cache grows a block (16 tokens) at a time and, once the window slides, returns a
-# block each time it takes one — it holds `ceil((W - 1) / 16) + 1 = 5` blocks, one more than the window's
+# block each time it takes one — it holds $\lceil (W - 1) / 16 \rceil + 1 = 5$ blocks, one more than the window's
 # 64 tokens strictly need, except at the steps where the window lines up with block boundaries (lesson 7).
-# Evictions are the same line for all three: `seen - W` once full.
+# Evictions are the same line for all three: $\text{seen} - W$ once full.
 # These are the numbers a serving dashboard would scrape per request.
 
 # %% [markdown]

@@ -332,7 +332,8 @@ print(
 # * **pass 2**, one program per (row, head): fold the splits' `(lse, o)` together with `merge`, store `out`.
 #
 # Here is pass 1's program, the skeleton. The query sits at `p = hi − 1` with `hi = cache_seqlens[b]`, and sees
-# keys `lo ≤ j < hi` with `lo = max(hi − W, 0)` (the window convention `p − W < j ≤ p`):
+# keys $\text{lo} \le j < \text{hi}$ with $\text{lo} = \max(\text{hi} - W, 0)$ (the window convention
+# $p - W < j \le p$):
 
 # %%
 print(inspect.getsource(kd._split_kernel.fn))

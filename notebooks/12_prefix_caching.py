@@ -326,8 +326,8 @@ print(
 #
 # With full attention, a hit must start at block 0: block `i`'s keys are useless without block `i - 1`'s, since
 # the first computed token attends to all of them. With a sliding window the first computed token, at position
-# `n`, attends to keys `n - W + 1 .. n` only (query `i` sees `i - W < j <= i`). So only the `W - 1` positions
-# before `n` must be cached: the last `ceil((W - 1) / block_size)` blocks before it. Blocks further back may
+# `n`, attends to keys `n - W + 1 .. n` only (query $i$ sees $i - W < j \le i$). So only the `W - 1` positions
+# before `n` must be cached: the last $\lceil (W - 1) / \text{block\_size} \rceil$ blocks before it. Blocks further back may
 # have been evicted long ago; vLLM puts its `null_block` in their place. Its `SlidingWindowManager` needs
 # `cdiv(sliding_window - 1, block_size)` contiguous cached blocks (`single_type_kv_cache_manager.py:956-966`)
 # and searches from the right, stopping at the first run that long (`single_type_kv_cache_manager.py:1015-1037`);
@@ -836,13 +836,14 @@ plt.show()
 #   use, never evicted), a freed block joins the tail, eviction takes the head; blocks are freed tail first.
 # * A block is named by a **hash chain** over everything before it, stable across processes (SHA-256, a fixed
 #   first parent); only full blocks are named.
-# * With a **sliding window** a hit needs only the `ceil((W - 1) / block_size)` blocks before the first computed
+# * With a **sliding window** a hit needs only the $\lceil (W - 1) / \text{block\_size} \rceil$ blocks before the first computed
 #   token.
 # * On a multi-turn chat, prefix caching computes an eighth of the prompt tokens; a store behind a small pool wins
 #   back what the pool evicts, and on Redis it is shared by every process, with headers and checksums so that
 #   nothing it returns belongs to another model or layout, or is corrupted. A checksum guards against corruption,
 #   not numerics: on a GPU engine a reused block can still flip a near-tie (vLLM: `VLLM_BATCH_INVARIANT=1`).
-# * A store beats recomputing only above the break-even bandwidth, KV bytes per token × FLOP/s ÷ (2 × parameters).
+# * A store beats recomputing only above the break-even bandwidth,
+#   $\text{KV bytes per token} \times \text{FLOP/s} \,/\, (2 \times \text{parameters})$.
 # * Redis's LRU samples: close to exact above the cliff, kinder than exact below it, and its clock ticks once a
 #   second.
 #
