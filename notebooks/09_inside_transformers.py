@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 9 — Your cache inside Hugging Face Transformers
 #
-# **Time:** about 55 minutes for the lesson, plus 30–50 for [exercise 11](../exercises/11_hf_cache_layer.ipynb), done where the lesson reaches it. **You need:** lessons 3 (the ring buffer) and 4 (decoding with the cache).
+# **Time:** about 70 minutes for the lesson (section 8 included), plus 30–50 for [exercise 11](../exercises/11_hf_cache_layer.ipynb), done where the lesson reaches it. **You need:** lessons 3 (the ring buffer) and 4 (decoding with the cache).
 #
 # **By the end you will be able to**
 #
@@ -21,7 +21,7 @@
 #   is safe for one new token and not for a chunk;
 # * check parity, memory and speed against transformers' own caches.
 #
-# Window convention (`swkv_teach.masks`): query `i` attends key `j` when `i - W < j <= i`, Hugging Face's rule
+# Window convention (`swkv_teach.masks`): query $i$ attends key $j$ when $i - W < j \le i$, Hugging Face's rule
 # since 4.56. Everything here runs on tiny random models built in the notebook: nothing is downloaded, except in
 # the optional last cell, which you run yourself on Colab.
 
@@ -33,7 +33,11 @@ import statistics
 
 import torch
 import transformers
-from transformers.cache_utils import CacheLayerMixin, DynamicSlidingWindowLayer, StaticSlidingWindowLayer
+from transformers.cache_utils import (
+    CacheLayerMixin,
+    DynamicSlidingWindowLayer,
+    StaticSlidingWindowLayer,
+)
 
 from swkv_teach.bench.hf_cache import hf_cache_rows, table
 from swkv_teach.hf import hf_cache
@@ -47,7 +51,7 @@ print("transformers", transformers.__version__, "| torch", torch.__version__)
 # ## 1. The interface, read from the source
 #
 # A `transformers` cache is "mostly a list" of per-layer objects (`class Cache`, `cache_utils.py`). Each layer is a
-# `CacheLayerMixin` (`cache_utils.py` line 23 in transformers 5.24, line 27 in 5.15.0, Colab's) and the model calls
+# `CacheLayerMixin` (`cache_utils.py` line 23 in transformers 5.25.0, line 27 in 5.15.0, Colab's) and the model calls
 # four of its methods:
 #
 # | method | called by | returns |
@@ -60,10 +64,10 @@ print("transformers", transformers.__version__, "| torch", torch.__version__)
 # `update` takes and returns `(batch, kv_heads, tokens, head_dim)`; the keys it returns hold positions
 # `kv_offset, kv_offset + 1, …, kv_offset + kv_length - 1`.
 #
-# The mask itself is built from positions alone: `sliding_window_overlay` (`masking_utils.py` line 90 in 5.24, 92 in
+# The mask itself is built from positions alone: `sliding_window_overlay` (`masking_utils.py` line 90 in 5.25.0, 92 in
 # 5.15.0) is `kv_idx > q_idx - sliding_window`, and `_preprocess_mask_arguments` asks the cache for
-# `get_mask_sizes(q_length, layer_idx)` (line 844 in 5.24, 833 in 5.15.0) with `layer_idx` the first layer whose
-# `is_sliding` is True (`create_sliding_window_causal_mask`, `is_sliding.index(True)`, line 1186 in 5.24, 1170 in
+# `get_mask_sizes(q_length, layer_idx)` (line 844 in 5.25.0, 833 in 5.15.0) with `layer_idx` the first layer whose
+# `is_sliding` is True (`create_sliding_window_causal_mask`, `is_sliding.index(True)`, line 1200 in 5.25.0, 1170 in
 # 5.15.0). Two pitfalls follow: seen must not be confused with stored, and `is_sliding` must be right per layer.
 
 # %%
@@ -74,15 +78,16 @@ print(inspect.getsource(DynamicSlidingWindowLayer.get_mask_sizes))
 # %% [markdown]
 # ## 2. transformers' two sliding layers, and what a step costs
 #
-# * **`DynamicSlidingWindowLayer`** (5.24 line 196, 5.15.0 line 203), the default cache's sliding layer: every
-#   update does `torch.cat([self.keys, key_states])` (5.24 line 242) and keeps the last `W - 1`: a fresh
+# * **`DynamicSlidingWindowLayer`** (5.25.0 line 196, 5.15.0 line 203), the default cache's sliding layer: every
+#   update does `torch.cat([self.keys, key_states])` (5.25.0 line 242) and keeps the last `W - 1`: a fresh
 #   `(W, head_dim)` tensor per layer per token, an O(W) copy.
-# * **`StaticSlidingWindowLayer`** (5.24 line 524, 5.15.0 line 504), used by `cache_implementation="static"`: once
-#   full, a one-token update does `self.keys.roll(-1, dims=-2)` (5.24 line 575, 5.15.0 line 553), writes the new
+# * **`StaticSlidingWindowLayer`** (5.25.0 line 524, 5.15.0 line 504), used by `cache_implementation="static"`: once
+#   full, a one-token update does `self.keys.roll(-1, dims=-2)` (5.25.0 line 575, 5.15.0 line 553), writes the new
 #   token at the end and copies the result back: two O(W) copies, so `torch.compile` sees fixed addresses.
 #
 # The ring of lesson 3 writes one slot, `p % W`, and returns the whole buffer: no copy at all. Below, one layer
 # each, window 1024, 200 one-token updates once full.
+
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -98,9 +103,15 @@ def time_updates(layer, W=1024, steps=200, heads=2, d=32):
     return statistics.median(times)
 
 
-us = {"dynamic (cat + slice)": time_updates(DynamicSlidingWindowLayer(sliding_window=1024)),
-      "static (roll)": time_updates(StaticSlidingWindowLayer(max_cache_len=4096, sliding_window=1024)),
-      "ours: WindowLayer('ring')": time_updates(WindowLayer("ring", 1024))}
+us = {
+    "dynamic (cat + slice)": time_updates(
+        DynamicSlidingWindowLayer(sliding_window=1024)
+    ),
+    "static (roll)": time_updates(
+        StaticSlidingWindowLayer(max_cache_len=4096, sliding_window=1024)
+    ),
+    "ours: WindowLayer('ring')": time_updates(WindowLayer("ring", 1024)),
+}
 ring_us = us["ours: WindowLayer('ring')"]
 for name, t in us.items():
     print(f"{name:28} {t:7.1f} µs per update   {t / ring_us:5.1f}x the ring")
@@ -124,7 +135,9 @@ for name, t in us.items():
 #
 # **One token** (q = 1, window full): the ring returns its `W` slots in **slot** order, not position order. HF's
 # mask row for that query covers positions `n - W + 1 … n`, all inside the window, so every entry is True and the
-# order cannot matter (softmax over keys is a sum). No roll, no copy.
+# order cannot change which keys are attended, nor, in exact arithmetic, the result (softmax over keys is a sum).
+# In floating point another order of the sum can change the last bits, which is why the parity below is checked
+# to 1e-4, not bit for bit. No roll, no copy.
 #
 # **A chunk** (q > 1): now the mask differs from row to row (query `n + 1` must not see key `n - W + 1`), and HF
 # lays it out by position. Slot order would silently attend the wrong keys. So the ring's chunk path returns the
@@ -149,39 +162,74 @@ print("seen:", layer.get_seq_length(), "| stored:", len(layer.cache))
 # (every layer slides); Gemma 2 alternates sliding and full layers; Gemma 3 has five sliding layers to one full by
 # default (`sliding_window_pattern`, here 3 to keep the model small). Full layers get transformers' own
 # `DynamicLayer`. We compare greedy `generate` over W + 4W new tokens, logits at every step, against the
-# default cache. (transformers 5.24 takes the cache as `cache=` and warns on the old `past_key_values=`, the only
+# default cache. (transformers 5.25.0 takes the cache as `cache=` and warns on the old `past_key_values=`, the only
 # name 5.15.0 knows; `cache_kwarg(model)` gives the name your version takes.)
 
 # %%
-DIMS = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
-            head_dim=16, max_position_embeddings=1024, initializer_range=0.1, bos_token_id=None,
-            eos_token_id=None, pad_token_id=None, attn_implementation="eager")
+DIMS = dict(
+    vocab_size=97,
+    hidden_size=64,
+    intermediate_size=96,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=1024,
+    initializer_range=0.1,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+    attn_implementation="eager",
+)
 W = 8
 torch.manual_seed(0)
 models = {
-    "Mistral": transformers.MistralForCausalLM(transformers.MistralConfig(**DIMS, num_hidden_layers=2,
-                                                                          sliding_window=W)),
-    "Gemma 2": transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**DIMS, num_hidden_layers=4,
-                                                                        sliding_window=W)),
-    "Gemma 3": transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**DIMS, num_hidden_layers=6,
-                                                                            sliding_window=W,
-                                                                            sliding_window_pattern=3)),
+    "Mistral": transformers.MistralForCausalLM(
+        transformers.MistralConfig(**DIMS, num_hidden_layers=2, sliding_window=W)
+    ),
+    "Gemma 2": transformers.Gemma2ForCausalLM(
+        transformers.Gemma2Config(**DIMS, num_hidden_layers=4, sliding_window=W)
+    ),
+    "Gemma 3": transformers.Gemma3ForCausalLM(
+        transformers.Gemma3TextConfig(
+            **DIMS, num_hidden_layers=6, sliding_window=W, sliding_window_pattern=3
+        )
+    ),
 }
 prompt = torch.randint(0, 97, (2, W + 3), generator=torch.Generator().manual_seed(1))
 for name, model in models.items():
     model.eval()
-    layout = "".join("R" if isinstance(lay, WindowLayer) else "F" for lay in hf_cache(model).layers)
-    common = dict(max_new_tokens=5 * W, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    layout = "".join(
+        "R" if isinstance(lay, WindowLayer) else "F" for lay in hf_cache(model).layers
+    )
+    common = dict(
+        max_new_tokens=5 * W,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
     with torch.no_grad():
         ref = model.generate(prompt, **common)
         for kind in ("ring", "naive", "int8"):
-            out = model.generate(prompt, **common, **{cache_kwarg(model): hf_cache(model, kind)})
+            out = model.generate(
+                prompt, **common, **{cache_kwarg(model): hf_cache(model, kind)}
+            )
             diff = [(a - b).abs().max().item() for a, b in zip(out.logits, ref.logits)]
             differ = (out.sequences != ref.sequences).any(0).nonzero()
-            first = "none" if len(differ) == 0 else f"step {int(differ[0]) - prompt.shape[1]}"
-            close = all(d <= 1e-4 for d in diff[: int(differ[0]) - prompt.shape[1] + 1 if len(differ) else None])
-            print(f"{name:8} layers {layout:7} {kind:6} logits within 1e-4 of HF's: {'yes' if close else 'no ':3}"
-                  f"   first different token: {first}")
+            first = (
+                "none"
+                if len(differ) == 0
+                else f"step {int(differ[0]) - prompt.shape[1]}"
+            )
+            close = all(
+                d <= 1e-4
+                for d in diff[
+                    : int(differ[0]) - prompt.shape[1] + 1 if len(differ) else None
+                ]
+            )
+            print(
+                f"{name:8} layers {layout:7} {kind:6} logits within 1e-4 of HF's:"
+                f" {'yes' if close else 'no ':3}   first different token: {first}"
+            )
 
 # %% [markdown]
 # R marks a layer kept in our ring, F a full layer left to transformers. Ring and naive agree with the default cache
@@ -202,10 +250,16 @@ ids = torch.randint(0, 97, (1, 5 * W), generator=torch.Generator().manual_seed(2
 kw = cache_kwarg(model)
 with torch.no_grad():
     for t in range(5 * W):
-        model(input_ids=ids[:, t: t + 1], use_cache=True, **{kw: cache})
+        model(input_ids=ids[:, t : t + 1], use_cache=True, **{kw: cache})
         if (t + 1) % W == 0:
-            held = [lay.cache.nbytes if isinstance(lay, WindowLayer) else 2 * lay.keys.numel() * 4
-                    for lay in cache.layers]
+            held = [
+                (
+                    lay.cache.nbytes
+                    if isinstance(lay, WindowLayer)
+                    else 2 * lay.keys.numel() * 4
+                )
+                for lay in cache.layers
+            ]
             print(f"after {t + 1:3} tokens: bytes per layer {held}")
 
 # %% [markdown]
@@ -220,12 +274,14 @@ with torch.no_grad():
 # update is several times cheaper than cat + slice or the roll (lesson 6's table)? A decode step of this model
 # is mostly transformers' own work that every cache pays alike: for one, it builds the sliding
 # mask at every step, even for one query over exactly `W` in-window keys (`masking_utils.py`,
-# `_ignore_causal_mask_sdpa` tests `kv_length >= local_attention_size`, line 286 in 5.24). The ring's whole
+# `_ignore_causal_mask_sdpa` tests `kv_length >= local_attention_size`, line 286 in 5.25.0). The ring's whole
 # share of a step is a small part of it. How the balance moves on a GPU, at a real model's window, is not measured here.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-rows = hf_cache_rows(window=256, new_tokens=24, repeats=3, impls=("dynamic", "static", "ring"))
+rows = hf_cache_rows(
+    window=256, new_tokens=24, repeats=3, impls=("dynamic", "static", "ring")
+)
 print(table(rows))
 
 # %% [markdown]
@@ -244,19 +300,40 @@ if "google.colab" in sys.modules and torch.cuda.is_available():
 
     name = "google/gemma-3-270m-it"
     tok = AutoTokenizer.from_pretrained(name)
-    real = AutoModelForCausalLM.from_pretrained(name, dtype=torch.bfloat16).to("cuda").eval()
+    real = (
+        AutoModelForCausalLM.from_pretrained(name, dtype=torch.bfloat16)
+        .to("cuda")
+        .eval()
+    )
     text = real.config.get_text_config(decoder=True)
-    print("window", text.sliding_window, "| layers", "".join("R" if t == "sliding_attention" else "F"
-                                                             for t in text.layer_types))
-    ids = tok("Write a short story about a cache that forgets.", return_tensors="pt").input_ids.to("cuda")
+    print(
+        "window",
+        text.sliding_window,
+        "| layers",
+        "".join("R" if t == "sliding_attention" else "F" for t in text.layer_types),
+    )
+    ids = tok(
+        "Write a short story about a cache that forgets.", return_tensors="pt"
+    ).input_ids.to("cuda")
     with torch.no_grad():
-        ours = real.generate(ids, max_new_tokens=600, do_sample=False, **{cache_kwarg(real): hf_cache(real)})
+        ours = real.generate(
+            ids,
+            max_new_tokens=600,
+            do_sample=False,
+            **{cache_kwarg(real): hf_cache(real)},
+        )
         ref = real.generate(ids, max_new_tokens=600, do_sample=False)
     same = (ours[0] == ref[0]).float().mean().item()
-    print(tok.decode(ours[0, ids.shape[1]:], skip_special_tokens=True)[:600])
-    print(f"tokens equal to HF's default cache: {100 * same:.1f} % (bf16: small differences can flip a close token)")
+    print(tok.decode(ours[0, ids.shape[1] :], skip_special_tokens=True)[:600])
+    print(
+        f"tokens equal to HF's default cache: {100 * same:.1f} % (bf16: small"
+        " differences can flip a close token)"
+    )
 else:
-    print("skipped: this cell runs only on Colab with a GPU runtime (it downloads google/gemma-3-270m-it)")
+    print(
+        "skipped: this cell runs only on Colab with a GPU runtime (it downloads"
+        " google/gemma-3-270m-it)"
+    )
 
 # %% [markdown]
 # ## What to remember
@@ -266,7 +343,10 @@ else:
 #   whether it slides (`is_sliding`, per layer).
 # * transformers' sliding layers copy the window every step (cat + slice, or roll); the ring writes one slot.
 # * Slot order is safe only when every returned key is visible to every query: one token. Chunks get position order.
-# * Out of scope, and refused with an error: padded batches, beam search, cropping, offloading, `torch.compile`.
+# * `hf_cache`'s layers refuse, with an error, what is out of their scope: padded batches, beam search, cropping,
+#   offloading. They are not compileable (`is_compileable = False`, so transformers' `generate` runs them eagerly);
+#   `hf_compileable_cache` gives Mistral-style models a ring transformers can compile (`CompileableRingLayer`), and
+#   section 8 compiles the course's own ring.
 #
 # Graded exercise: [exercises/11_hf_cache_layer.ipynb](../exercises/11_hf_cache_layer.ipynb), if you have not done it yet.
 
@@ -279,30 +359,46 @@ else:
 # CUDA graph replays fixed kernels on fixed **addresses**. Watch transformers' two sliding layers over six one-token
 # updates with `W = 4`, and the course's ring beside them (each key holds its own position, so we can read them):
 
+
 # %%
 def feed(layer, steps=6):
-    """One-token updates whose keys hold their position; per step (shape returned, the stored keys tensor)."""
+    """One-token updates whose keys hold their position.
+
+    Yields, per step, the shape returned and the tensor the layer stores its keys in.
+    """
     for p in range(steps):
         kv = torch.full((1, 1, 1, 2), float(p))
         keys, _ = layer.update(kv, kv.clone())
-        yield tuple(keys.shape), layer.keys if isinstance(layer, CacheLayerMixin) else layer.k_buf
+        yield tuple(keys.shape), (
+            layer.keys if isinstance(layer, CacheLayerMixin) else layer.k_buf
+        )
 
 
 from swkv_teach.caches import RingBufferKVCache  # noqa: E402
 
-layers = {"DynamicSlidingWindowLayer (cat + slice)": DynamicSlidingWindowLayer(sliding_window=4),
-          "StaticSlidingWindowLayer (roll)": StaticSlidingWindowLayer(max_cache_len=16, sliding_window=4),
-          "RingBufferKVCache (one slot)": RingBufferKVCache(4)}
+layers = {
+    "DynamicSlidingWindowLayer (cat + slice)": DynamicSlidingWindowLayer(
+        sliding_window=4
+    ),
+    "StaticSlidingWindowLayer (roll)": StaticSlidingWindowLayer(
+        max_cache_len=16, sliding_window=4
+    ),
+    "RingBufferKVCache (one slot)": RingBufferKVCache(4),
+}
 for name, layer in layers.items():
-    steps = list(feed(layer))  # every stored tensor kept alive, so no address is freed and handed out again
+    # every stored tensor kept alive, so no address is freed and handed out again
+    steps = list(feed(layer))
     addresses = {stored.data_ptr() for _, stored in steps}
-    print(f"{name}\n  tokens returned: {[s[2] for s, _ in steps]}  stored keys at {len(addresses)} address(es)\n"
-          f"  stored positions after the last step: {steps[-1][1][0, 0, :, 0].int().tolist()}")
+    print(
+        f"{name}\n  tokens returned: {[s[2] for s, _ in steps]}  stored keys at"
+        f" {len(addresses)} address(es)\n  stored positions after the last step:"
+        f" {steps[-1][1][0, 0, :, 0].int().tolist()}"
+    )
 
 # %% [markdown]
 # * **cat + slice** returns a new tensor every step, first of a growing length: nothing for a graph to hold on to.
 # * **roll** keeps one buffer at one address (`torch._dynamo.mark_static_address`, `cache_utils.py` line 456 in
-#   5.24), so transformers' compiled `generate` takes it (it compiles only when `cache.is_compileable`,
+#   5.25.0), so transformers' compiled `generate` takes it (it compiles only when `cache.is_compileable`,
 #   `generation/utils.py` line 2458). But it must keep the keys **in position order**: the mask is built as
 #   `kv_arange = torch.arange(kv_length) + kv_offset` (`masking_utils.py` line 531), one contiguous run of
 #   positions. So once full, every step rolls the whole window one slot left (`cache_utils.py` lines 575-576): an
@@ -324,11 +420,19 @@ tiny = Decoder(DecoderConfig(window_size=16)).eval()
 prompt = torch.randint(0, 128, (1, 16), generator=torch.Generator().manual_seed(1))
 torch._dynamo.reset()
 with torch._dynamo.config.patch(error_on_recompile=True):
-    compiled_tokens = tiny.generate(prompt, 48, compile=True)  # the first call compiles (seconds)
-    again = tiny.generate(prompt[:, :5], 48, compile=True)  # another prompt length: the same graph
-print("same tokens as the eager ring:", torch.equal(compiled_tokens, tiny.generate(prompt, 48)),
-      torch.equal(again, tiny.generate(prompt[:, :5], 48)))
-print("recompilations in 2 x 48 steps, through and past a window of 16: 0 (error_on_recompile would have raised)")
+    # the first call compiles (seconds)
+    compiled_tokens = tiny.generate(prompt, 48, compile=True)
+    # another prompt length: the same graph
+    again = tiny.generate(prompt[:, :5], 48, compile=True)
+print(
+    "same tokens as the eager ring:",
+    torch.equal(compiled_tokens, tiny.generate(prompt, 48)),
+    torch.equal(again, tiny.generate(prompt[:, :5], 48)),
+)
+print(
+    "recompilations in 2 x 48 steps, through and past a window of 16: 0"
+    " (error_on_recompile would have raised)"
+)
 
 # %% [markdown]
 # How much does it buy? Below, the same tiny model decodes with the eager ring and with the compiled step,
@@ -351,13 +455,21 @@ print("recompilations in 2 x 48 steps, through and past a window of 16: 0 (error
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-rings = {"compiled ring": tiny.compiled_ring(1), "ahead of time": tiny.compiled_ring(1, "aot")}
+rings = {
+    "compiled ring": tiny.compiled_ring(1),
+    "ahead of time": tiny.compiled_ring(1, "aot"),
+}
 runs = {"eager ring": [], **{name: [] for name in rings}}
 with torch.no_grad():
-    for _ in range(6):  # the first round compiles (the ahead-of-time build takes seconds) and is not counted
+    # the first round compiles (the ahead-of-time build takes seconds): not counted
+    for _ in range(6):
         for name in runs:
             ring = rings.get(name)
-            caches, step = (tiny.new_caches("ring"), tiny.step) if ring is None else (ring.new_caches(), ring.step)
+            caches, step = (
+                (tiny.new_caches("ring"), tiny.step)
+                if ring is None
+                else (ring.new_caches(), ring.step)
+            )
             nxt = tiny.step(prompt, caches)[:, -1:].argmax(-1)
             start = time.perf_counter()
             for _ in range(64):
@@ -366,4 +478,7 @@ with torch.no_grad():
 eager_tps = statistics.median(runs["eager ring"][1:])
 for name in runs:
     tps = statistics.median(runs[name][1:])
-    print(f"{name:<14} {tps:6.0f} tokens/s  {tps / eager_tps:.2f}x the eager ring (median of 5 interleaved runs)")
+    print(
+        f"{name:<14} {tps:6.0f} tokens/s  {tps / eager_tps:.2f}x the eager ring (median"
+        " of 5 interleaved runs)"
+    )

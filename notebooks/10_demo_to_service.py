@@ -48,14 +48,17 @@ torch.manual_seed(0)
 torch.set_num_threads(1)
 plt.rcParams.update({"font.size": 11, "axes.titlesize": 11, "legend.fontsize": 10})
 DPI = 110
-WORK = Path(tempfile.mkdtemp(prefix="swkv_lesson10_"))  # scratch files; never printed (the name is random)
+# scratch files; never printed (the name is random)
+WORK = Path(tempfile.mkdtemp(prefix="swkv_lesson10_"))
 
 model, tok = swkv_teach.load_pretrained()
 cfg = model.config
 PROMPT = "class Counter:\n    def __init__(self"
 prompt = torch.tensor([tok.encode(PROMPT)])
-print(f"window W = {cfg.window_size}, {cfg.n_layers} layers, {cfg.n_kv_heads} KV heads of {cfg.head_dim} dims, "
-      f"{cfg.n_heads} query heads")
+print(
+    f"window W = {cfg.window_size}, {cfg.n_layers} layers, {cfg.n_kv_heads} KV heads of"
+    f" {cfg.head_dim} dims, {cfg.n_heads} query heads"
+)
 
 # %% [markdown]
 # ## 1. Save a generation, resume it somewhere else
@@ -70,10 +73,11 @@ print(f"window W = {cfg.window_size}, {cfg.n_layers} layers, {cfg.n_kv_heads} KV
 #
 # We generate 20 tokens, stopping with the 20th chosen but not yet fed, and save the caches.
 
+
 # %%
 @torch.no_grad()
 def continue_greedy(caches, first, steps):
-    """Feed ``first`` (1, c), then ``steps`` greedy tokens; return the tokens and every step's logits."""
+    """Feed ``first`` (1, c), then ``steps`` greedy tokens; return tokens and logits."""
     ids, out, logits_seen = first, [], []
     for _ in range(steps):
         logits = model.step(ids, caches)[:, -1]
@@ -85,11 +89,18 @@ def continue_greedy(caches, first, steps):
 
 caches = model.new_caches("ring")
 first20, _ = continue_greedy(caches, prompt, 20)
-torch.save({"caches": caches.state_dict(), "next": torch.tensor([[first20[-1]]])}, WORK / "paused.pt")
+torch.save(
+    {"caches": caches.state_dict(), "next": torch.tensor([[first20[-1]]])},
+    WORK / "paused.pt",
+)
 
 layer0 = caches.state_dict()["layers"][0]
 for key, value in layer0.items():
-    shown = f"tensor {tuple(value.shape)} {value.dtype}" if isinstance(value, torch.Tensor) else repr(value)
+    shown = (
+        f"tensor {tuple(value.shape)} {value.dtype}"
+        if isinstance(value, torch.Tensor)
+        else repr(value)
+    )
     print(f"{key:12s} {shown}")
 
 # %% [markdown]
@@ -119,12 +130,20 @@ with torch.no_grad():
 torch.save(torch.stack(out), sys.argv[2])
 """
 env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-done = subprocess.run([sys.executable, "-c", RESUME, str(WORK / "paused.pt"), str(WORK / "resumed.pt")],
-                      capture_output=True, text=True, env=env, timeout=300)
+done = subprocess.run(
+    [sys.executable, "-c", RESUME, str(WORK / "paused.pt"), str(WORK / "resumed.pt")],
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=300,
+)
 assert done.returncode == 0, done.stderr
 logits_there = torch.load(WORK / "resumed.pt", weights_only=True)
 print("the 45 tokens after the prompt:", repr(tok.decode(first20 + uninterrupted)))
-print("resumed in a new process, logits bit-identical at all 25 steps:", torch.equal(logits_here, logits_there))
+print(
+    "resumed in a new process, logits bit-identical at all 25 steps:",
+    torch.equal(logits_here, logits_there),
+)
 
 # %% [markdown]
 # A state of the wrong shape is refused before anything changes, and the message says what differs. Here the
@@ -141,7 +160,7 @@ print("the target is untouched: seen =", wrong[0].seen)
 # %% [markdown]
 # ### Why a window's state is small
 #
-# The saved state holds `2 (k, v) × layers × KV heads × W × head_dim` numbers, whatever the length of the
+# The saved state holds $2\,(k, v) \times \text{layers} \times \text{KV heads} \times W \times \text{head\_dim}$ numbers, whatever the length of the
 # generation. A full-attention cache grows by the same amount *per token*, forever. Next to the weights:
 
 # %%
@@ -149,11 +168,17 @@ weights = sum(p.numel() * p.element_size() for p in model.parameters())
 state_bytes = (WORK / "paused.pt").stat().st_size
 per_token = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * 4
 print(f"weights (float32):                 {weights / 1024:8.0f} KiB")
-print(f"saved window state (W = {cfg.window_size}):     {state_bytes / 1024:8.0f} KiB  "
-      f"({state_bytes / weights:.0%} of the weights, after {layer0['seen']} tokens or after a million)")
+print(
+    f"saved window state (W = {cfg.window_size}):     {state_bytes / 1024:8.0f} KiB "
+    f" ({state_bytes / weights:.0%} of the weights, after {layer0['seen']} tokens or"
+    " after a million)"
+)
 for T in (1_000, 10_000, 100_000):
     full = per_token * T
-    print(f"a full cache after {T:>7,} tokens:   {full / 1024:8.0f} KiB  ({full / weights:.1f}x the weights)")
+    print(
+        f"a full cache after {T:>7,} tokens:   {full / 1024:8.0f} KiB "
+        f" ({full / weights:.1f}x the weights)"
+    )
 
 # %% [markdown]
 # The same arithmetic for Mistral 7B (32 layers, 8 KV heads of 128 dims, float16: 128 KiB per token, lesson 0)
@@ -169,6 +194,7 @@ for T in (1_000, 10_000, 100_000):
 # blocks, an LRU cache its hits and misses, H2O and TOVA their evictions. `caches.stats()` sums the layers
 # and keeps each layer's own dict under `"layers"`. We record them at every step of a 200-token generation
 # for three caches that keep the same tokens: the naive cat-and-slice, the ring, and the paged cache.
+
 
 # %%
 @torch.no_grad()
@@ -189,13 +215,31 @@ print("layer 0 alone:", last["layers"][0])
 
 # %%
 fig, (ax_mem, ax_ev) = plt.subplots(1, 2, figsize=(11, 3.8), dpi=DPI)
-styles = {"naive": ("#4C72B0", "-"), "ring": ("#DD8452", "--"), "paged": ("#55A868", ":")}
+styles = {
+    "naive": ("#4C72B0", "-"),
+    "ring": ("#DD8452", "--"),
+    "paged": ("#55A868", ":"),
+}
 for kind, history in histories.items():
     seen = [s["tokens_seen"] // cfg.n_layers for s in history]
     color, ls = styles[kind]
-    ax_mem.plot(seen, [s["bytes_held"] / 1024 for s in history], color=color, ls=ls, lw=2.2, label=kind,
-                drawstyle="steps-post")
-    ax_ev.plot(seen, [s["tokens_evicted"] // cfg.n_layers for s in history], color=color, ls=ls, lw=2.2, label=kind)
+    ax_mem.plot(
+        seen,
+        [s["bytes_held"] / 1024 for s in history],
+        color=color,
+        ls=ls,
+        lw=2.2,
+        label=kind,
+        drawstyle="steps-post",
+    )
+    ax_ev.plot(
+        seen,
+        [s["tokens_evicted"] // cfg.n_layers for s in history],
+        color=color,
+        ls=ls,
+        lw=2.2,
+        label=kind,
+    )
 for ax in (ax_mem, ax_ev):
     ax.axvline(cfg.window_size, color="grey", lw=1)
     ax.set_xlabel("tokens seen")
@@ -206,7 +250,9 @@ ax_mem.set_ylim(bottom=0)
 ax_mem.set_title("Memory: flat once the window is full")
 ax_ev.set_ylabel("tokens evicted per layer")
 ax_ev.set_title("Evictions: one per step after W")
-ax_ev.text(cfg.window_size + 10, 150, "all three caches:\nevicted = seen - W", color="#333333")
+ax_ev.text(
+    cfg.window_size + 10, 150, "all three caches:\nevicted = seen - W", color="#333333"
+)
 ax_mem.legend(loc="lower right")
 fig.tight_layout()
 plt.show()
@@ -214,9 +260,9 @@ plt.show()
 # %% [markdown]
 # The ring allocates its `W` slots at the first token and is flat from there; the naive cache grows to `W`
 # then stays; the paged cache grows a block (16 tokens) at a time and, once the window slides, returns a
-# block each time it takes one — it holds `ceil((W - 1) / 16) + 1 = 5` blocks, one more than the window's
+# block each time it takes one — it holds $\lceil (W - 1) / 16 \rceil + 1 = 5$ blocks, one more than the window's
 # 64 tokens strictly need, except at the steps where the window lines up with block boundaries (lesson 7).
-# Evictions are the same line for all three: `seen - W` once full.
+# Evictions are the same line for all three: $\text{seen} - W$ once full.
 # These are the numbers a serving dashboard would scrape per request.
 
 # %% [markdown]
@@ -238,10 +284,12 @@ plt.show()
 state = model.state_dict()
 for rank in range(2):
     mine = shard_state(state, cfg, rank, 2)
-    print(f"rank {rank}: qkv_proj {tuple(mine['layers.0.attn.qkv_proj.weight'].shape)} "
-          f"(of {tuple(state['layers.0.attn.qkv_proj.weight'].shape)}), "
-          f"o_proj {tuple(mine['layers.0.attn.o_proj.weight'].shape)} "
-          f"(of {tuple(state['layers.0.attn.o_proj.weight'].shape)})")
+    print(
+        f"rank {rank}: qkv_proj {tuple(mine['layers.0.attn.qkv_proj.weight'].shape)} "
+        f"(of {tuple(state['layers.0.attn.qkv_proj.weight'].shape)}), "
+        f"o_proj {tuple(mine['layers.0.attn.o_proj.weight'].shape)} "
+        f"(of {tuple(state['layers.0.attn.o_proj.weight'].shape)})"
+    )
 try:
     check_world_size(cfg, 3)
 except ValueError as err:
@@ -252,14 +300,41 @@ except ValueError as err:
 # the CPU; nccl on GPUs), and they decode together. The cell runs the same command you would type in a
 # terminal; rank 0 prints one JSON line.
 
+
 # %%
 def torchrun(*extra, restarts=0):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "--max-restarts", str(restarts), "-m", "swkv_teach.distributed", "--checkpoint", "shipped",
-           "--prompt", PROMPT, "--max-new-tokens", "40", "--seed", "0", "--device", "cpu", "--json", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        str(restarts),
+        "-m",
+        "swkv_teach.distributed",
+        "--checkpoint",
+        "shipped",
+        "--prompt",
+        PROMPT,
+        "--max-new-tokens",
+        "40",
+        "--seed",
+        "0",
+        "--device",
+        "cpu",
+        "--json",
+        *extra,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][0]), done.stderr
+    return (
+        json.loads(
+            [line for line in done.stdout.splitlines() if line.startswith("{")][0]
+        ),
+        done.stderr,
+    )
 
 
 single = model.generate(prompt, 40)[0].tolist()
@@ -268,7 +343,12 @@ model.step(prompt, single_bytes)
 sharded, _ = torchrun()
 print("text:", repr(tok.decode(sharded["tokens"])))
 print("same tokens as one process:", sharded["tokens"] == single)
-print("cache bytes per rank:", sharded["cache_bytes_per_rank"], "| one process:", single_bytes.stats()["bytes_held"])
+print(
+    "cache bytes per rank:",
+    sharded["cache_bytes_per_rank"],
+    "| one process:",
+    single_bytes.stats()["bytes_held"],
+)
 
 # %% [markdown]
 # Each rank holds half the cache: that is the point of sharding the KV heads. The logits are not bit-identical
@@ -293,8 +373,19 @@ print("cache bytes per rank:", sharded["cache_bytes_per_rank"], "| one process:"
 
 # %%
 snap = WORK / "snapshots"
-resumed, log = torchrun("--snapshot-dir", str(snap), "--snapshot-every", "8", "--fail-at-token", "20", restarts=1)
-print("rank 1's error:", next(line for line in log.splitlines() if "fault injected" in line).strip())
+resumed, log = torchrun(
+    "--snapshot-dir",
+    str(snap),
+    "--snapshot-every",
+    "8",
+    "--fail-at-token",
+    "20",
+    restarts=1,
+)
+print(
+    "rank 1's error:",
+    next(line for line in log.splitlines() if "fault injected" in line).strip(),
+)
 print("FAULT says:", (snap / "FAULT").read_text().strip())
 print("resumed from the snapshot after", resumed["resumed_from"], "new tokens")
 print("same tokens as the uninterrupted run:", resumed["tokens"] == sharded["tokens"])
