@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 9 — Your cache inside Hugging Face Transformers
 #
-# **Time:** about 70 minutes for the lesson (section 8 included), plus 30–50 for [exercise 11](../exercises/11_hf_cache_layer.ipynb), done where the lesson reaches it. **You need:** lessons 3 (the ring buffer) and 4 (decoding with the cache).
+# **Time:** about 75 minutes for the lesson (section 8 included), plus 30–50 for [exercise 11](../exercises/11_hf_cache_layer.ipynb), done where the lesson reaches it. **You need:** lessons 3 (the ring buffer) and 4 (decoding with the cache).
 #
 # **By the end you will be able to**
 #

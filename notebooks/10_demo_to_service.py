@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 10 — From demo to service: persistence, telemetry, sharding, fault tolerance
 #
-# **Time:** about 50 minutes. **You need:** lessons 3 (the ring buffer) and 4 (the decoder); lesson 7's paged
+# **Time:** about 65 minutes. **You need:** lessons 3 (the ring buffer) and 4 (the decoder); lesson 7's paged
 # cache helps for section 2.
 #
 # **By the end you will be able to**

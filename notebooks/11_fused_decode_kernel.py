@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 11 — A fused decode kernel: paged sliding-window attention in Triton
 #
-# **Time:** about 120 minutes for the lesson (reading the kernel code it prints included), plus 45–90 for [exercise 12](../exercises/12_paged_decode_kernel.ipynb), done where the lesson reaches it. **You need:** lesson 0's bandwidth floor, lesson 6, section 5
+# **Time:** about 140 minutes for the lesson (reading the kernel code it prints included), plus 45–90 for [exercise 12](../exercises/12_paged_decode_kernel.ipynb), done where the lesson reaches it. **You need:** lesson 0's bandwidth floor, lesson 6, section 5
 # (`flash_attn_with_kvcache` argument by argument) and lesson 7's block tables and `paged_attention`.
 #
 # **By the end you will be able to**

@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 12 — Where LRU really lives: prefix caching, a block store on Redis, and Redis's own LRU
 #
-# **Time:** about 115 minutes for the lesson (installing Redis, about 5, included), plus 30–50 for [exercise 13](../exercises/13_prefix_cache_lru.ipynb), done where the lesson reaches it.
+# **Time:** about 150 minutes for the lesson (installing Redis, about 5, included), plus 30–50 for [exercise 13](../exercises/13_prefix_cache_lru.ipynb), done where the lesson reaches it.
 # **You need:** lesson 5 (the build guide's LRU taken apart) and lesson 7 (blocks, block tables, the scheduler).
 # Sections 5 and 6 start a throwaway `redis-server` on this machine (how to install it: section 0).
 #
