@@ -28,11 +28,14 @@ import math
 import torch
 
 import swkv_teach  # first: without a GPU it sets TRITON_INTERPRET=1, which Triton reads when it is imported
+from swkv_teach.kernels import interpreted, require_triton
+
+require_triton()  # Colab's CPU runtime has no Triton: there this installs it; elsewhere it says what is missing
+
 import triton
 import triton.language as tl
 from swkv_teach.attention import paged_attention
 from swkv_teach.grading import check_paged_decode_kernel
-from swkv_teach.kernels import interpreted
 from swkv_teach.kernels.decode import decode_launch
 
 # %%

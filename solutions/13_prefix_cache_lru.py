@@ -74,7 +74,8 @@ from swkv_teach.grading import check_prefix_cache_lru
 # <details><summary>Hint 1</summary>
 #
 # `hashlib.sha256(parent + struct.pack(f"<{len(ids)}q", *ids)).digest()` is a fine hash, with a fixed 32-byte value
-# standing in for a `None` parent. `hash()` is not: Python salts it per process (`PYTHONHASHSEED`).
+# standing in for a `None` parent. `hash()` is not: it returns an int, and Python salts it per process for
+# `str` and `bytes` (`PYTHONHASHSEED`; `hash((1, 2, 3))` is the same everywhere, but a parent's bytes are not).
 #
 # </details>
 #

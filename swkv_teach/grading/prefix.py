@@ -60,7 +60,8 @@ def _hash(fn, parent, ids, case: str):
     got = call(case, f"hash_block_tokens({'None' if parent is None else 'parent'}, {list(ids)[:6]}...)", fn,
                parent, ids)
     if not isinstance(got, (bytes, bytearray)) or not got:
-        extra = (" Python's hash() returns an int, and is salted per process: use hashlib.sha256(...).digest()."
+        extra = (" Python's hash() returns an int, salted per process for the bytes of a parent (str and bytes "
+                 "hashes are; a tuple of ints is not): use hashlib.sha256(...).digest()."
                  if isinstance(got, int) else "")
         raise fail(case, f"hash_block_tokens returned {type(got).__name__} {got!r:.60}; expected non-empty bytes."
                    + extra, hint="return hashlib.sha256(data).digest(), data being the parent's bytes and the ids.")
