@@ -28,8 +28,9 @@
 # %%
 # NBVAL_IGNORE_OUTPUT
 import inspect
-import time
 import statistics
+import textwrap
+import time
 
 import torch
 import transformers
@@ -72,20 +73,21 @@ print("transformers", transformers.__version__, "| torch", torch.__version__)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print("abstract methods:", sorted(CacheLayerMixin.__abstractmethods__))
-print(inspect.getsource(DynamicSlidingWindowLayer.get_mask_sizes))
+print("abstract methods:", *sorted(CacheLayerMixin.__abstractmethods__), sep="\n  ")
+# dedented: the method as written in its class, without the class's indent
+print(textwrap.dedent(inspect.getsource(DynamicSlidingWindowLayer.get_mask_sizes)))
 
 # %% [markdown]
 # ## 2. transformers' two sliding layers, and what a step costs
 #
 # * **`DynamicSlidingWindowLayer`** (5.25.0 line 196, 5.15.0 line 203), the default cache's sliding layer: every
-#   update does `torch.cat([self.keys, key_states])` (5.25.0 line 242) and keeps the last `W - 1`: a fresh
+#   update does `torch.cat([self.keys, key_states])` (5.25.0 line 242) and keeps the last $W - 1$: a fresh
 #   `(W, head_dim)` tensor per layer per token, an O(W) copy.
 # * **`StaticSlidingWindowLayer`** (5.25.0 line 524, 5.15.0 line 504), used by `cache_implementation="static"`: once
 #   full, a one-token update does `self.keys.roll(-1, dims=-2)` (5.25.0 line 575, 5.15.0 line 553), writes the new
 #   token at the end and copies the result back: two O(W) copies, so `torch.compile` sees fixed addresses.
 #
-# The ring of lesson 3 writes one slot, `p % W`, and returns the whole buffer: no copy at all. Below, one layer
+# The ring of lesson 3 writes one slot, $p \bmod W$, and returns the whole buffer: no copy at all. Below, one layer
 # each, window 1024, 200 one-token updates once full.
 
 
@@ -133,24 +135,24 @@ for name, t in us.items():
 # kv_offset = max(n - W + 1, 0)        kv_length = min(n, W - 1) + q
 # ```
 #
-# **One token** (q = 1, window full): the ring returns its `W` slots in **slot** order, not position order. HF's
-# mask row for that query covers positions `n - W + 1 … n`, all inside the window, so every entry is True and the
+# **One token** ($q = 1$, window full): the ring returns its `W` slots in **slot** order, not position order. HF's
+# mask row for that query covers positions $n - W + 1, \dots, n$, all inside the window, so every entry is True and the
 # order cannot change which keys are attended, nor, in exact arithmetic, the result (softmax over keys is a sum).
 # In floating point another order of the sum can change the last bits, which is why the parity below is checked
 # to 1e-4, not bit for bit. No roll, no copy.
 #
-# **A chunk** (q > 1): now the mask differs from row to row (query `n + 1` must not see key `n - W + 1`), and HF
+# **A chunk** ($q > 1$): now the mask differs from row to row (query $n + 1$ must not see key $n - W + 1$), and HF
 # lays it out by position. Slot order would silently attend the wrong keys. So the ring's chunk path returns the
-# stored keys the first query may see **chronologically**, then the chunk. W = 3, 7 tokens seen:
+# stored keys the first query may see **chronologically**, then the chunk. $W = 3$, 7 tokens seen:
 
 # %%
 layer = WindowLayer("ring", 3)
 for p in range(7):
     layer.update(torch.full((1, 1, 1, 1), float(p)), torch.zeros(1, 1, 1, 1))
-print("one token at position 7: mask sizes", layer.get_mask_sizes(1), end=" -> ")
+print("one token at position 7: mask sizes", layer.get_mask_sizes(1), end="\n  -> ")
 k, _ = layer.update(torch.full((1, 1, 1, 1), 7.0), torch.zeros(1, 1, 1, 1))
 print("keys returned (slot order)", k.flatten().tolist())
-print("chunk of 2 (positions 8, 9): mask sizes", layer.get_mask_sizes(2), end=" -> ")
+print("chunk of 2 (positions 8, 9): mask sizes", layer.get_mask_sizes(2), end="\n  -> ")
 k, _ = layer.update(torch.tensor([8.0, 9.0]).view(1, 1, 2, 1), torch.zeros(1, 1, 2, 1))
 print("keys returned (position order)", k.flatten().tolist())
 print("seen:", layer.get_seq_length(), "| stored:", len(layer.cache))
@@ -227,8 +229,8 @@ for name, model in models.items():
                 ]
             )
             print(
-                f"{name:8} layers {layout:7} {kind:6} logits within 1e-4 of HF's:"
-                f" {'yes' if close else 'no ':3}   first different token: {first}"
+                f"{name:8} {layout:6} {kind:5} logits within 1e-4 of HF's:"
+                f" {'yes' if close else 'no ':3}  first different token: {first}"
             )
 
 # %% [markdown]
@@ -236,8 +238,8 @@ for name, model in models.items():
 # to float rounding (about 1e-6 here) at every step; int8 stores 8-bit keys and values, so its logits move by about
 # 1e-2, and its greedy tokens may part from HF's where two candidates are close (after that the two sequences
 # differ, so later logits are not comparable). The tests hold int8 to HF's top-1 on at least 95 % of steps along
-# HF's own greedy sequence. (`tests/test_hf_cache.py` also checks chunks of 1, 2, 5, W − 1 and
-# W + 3 tokens against a full forward, under the newest transformers and under 5.15.0.)
+# HF's own greedy sequence. (`tests/test_hf_cache.py` also checks chunks of 1, 2, 5, $W - 1$ and
+# $W + 3$ tokens against a full forward, under the newest transformers and under 5.15.0.)
 #
 # ## 5. Memory stays flat
 #
@@ -267,7 +269,7 @@ with torch.no_grad():
 #
 # A Mistral-shaped model (hidden 128, 2 layers, 4/2 heads, head_dim 32), one thread, a prompt of W tokens, then
 # greedy steps; the median step is read from `generate`'s streamer. Small sizes here so the cell runs in seconds:
-# `python -m swkv_teach.bench.hf_cache` runs the full size (W = 1024, 256 new tokens). Expect a small
+# `python -m swkv_teach.bench.hf_cache` runs the full size ($W = 1024$, 256 new tokens). Expect a small
 # difference, and read it with care: the ratios depend on the machine and on what else it is doing while the
 # cell runs (on a busy machine they swing by tens of per cent, and the short run below can even put the ring
 # behind), so compare them within one run and rerun before believing one. Why so little, when one ring
@@ -331,8 +333,8 @@ if "google.colab" in sys.modules and torch.cuda.is_available():
     )
 else:
     print(
-        "skipped: this cell runs only on Colab with a GPU runtime (it downloads"
-        " google/gemma-3-270m-it)"
+        "skipped: this cell runs only on Colab with a GPU runtime\n"
+        "(it downloads google/gemma-3-270m-it)"
     )
 
 # %% [markdown]
@@ -357,7 +359,7 @@ else:
 # as a CUDA graph and replays it: no Python, no launch cost. Both need the step to look the same every time. A
 # compiled graph is specialised on its tensors' **shapes** (a new shape recompiles, or forces symbolic shapes), and a
 # CUDA graph replays fixed kernels on fixed **addresses**. Watch transformers' two sliding layers over six one-token
-# updates with `W = 4`, and the course's ring beside them (each key holds its own position, so we can read them):
+# updates with $W = 4$, and the course's ring beside them (each key holds its own position, so we can read them):
 
 
 # %%
@@ -403,7 +405,7 @@ for name, layer in layers.items():
 #   `kv_arange = torch.arange(kv_length) + kv_offset` (`masking_utils.py` line 531), one contiguous run of
 #   positions. So once full, every step rolls the whole window one slot left (`cache_utils.py` lines 575-576): an
 #   O(W) copy per layer per token, [2, 3, 4, 5] above.
-# * **the ring** writes one slot, `p % W`, at one address: [4, 5, 2, 3]. Eagerly it returns views of its buffer,
+# * **the ring** writes one slot, $p \bmod W$, at one address: [4, 5, 2, 3]. Eagerly it returns views of its buffer,
 #   growing until the window fills; the compiled step reads all `W` slots every time instead. To compile it, nothing in the step may
 #   depend on Python numbers that change: the position is a `(1,)` tensor, the slot is `position % W` computed
 #   in the graph, and the mask over the `W` slots (slot `s` is filled once `s <= position`) is data
@@ -430,13 +432,13 @@ print(
     torch.equal(again, tiny.generate(prompt[:, :5], 48)),
 )
 print(
-    "recompilations in 2 x 48 steps, through and past a window of 16: 0"
-    " (error_on_recompile would have raised)"
+    "recompilations in 2 x 48 steps, through and past a window of 16: 0\n"
+    "(error_on_recompile would have raised)"
 )
 
 # %% [markdown]
 # How much does it buy? Below, the same tiny model decodes with the eager ring and with the compiled step,
-# interleaved, one thread (the bench's `compiled` row does this at `W = 1024` on the Mistral-shaped decoder:
+# interleaved, one thread (the bench's `compiled` row does this at $W = 1024$ on the Mistral-shaped decoder:
 # `python -m swkv_teach.bench`). On a CPU the gain is mostly the Python between ~60 small kernels, which the
 # compiled step (with inductor's C++ wrapper) no longer runs, and the linears: at decode each is one row times a
 # matrix, which `CompiledRing` asks inductor to generate as a fused multiply-and-sum (its `decompose_mm_pass`)

@@ -36,7 +36,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
+from pprint import pprint
 
 import matplotlib.pyplot as plt
 import torch
@@ -154,7 +156,7 @@ wrong = model.new_caches("ring", window_size=32)
 try:
     wrong.load_state_dict(torch.load(WORK / "paused.pt", weights_only=True)["caches"])
 except ValueError as err:
-    print("ValueError:", err)
+    print(textwrap.fill(f"ValueError: {err}", 88, subsequent_indent="  "))
 print("the target is untouched: seen =", wrong[0].seen)
 
 # %% [markdown]
@@ -170,8 +172,8 @@ per_token = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * 4
 print(f"weights (float32):                 {weights / 1024:8.0f} KiB")
 print(
     f"saved window state (W = {cfg.window_size}):     {state_bytes / 1024:8.0f} KiB "
-    f" ({state_bytes / weights:.0%} of the weights, after {layer0['seen']} tokens or"
-    " after a million)"
+    f" ({state_bytes / weights:.0%} of the weights,\n{'':35}after"
+    f" {layer0['seen']} tokens or after a million)"
 )
 for T in (1_000, 10_000, 100_000):
     full = per_token * T
@@ -210,8 +212,9 @@ def record(kind, steps=200):
 
 histories = {kind: record(kind) for kind in ("naive", "ring", "paged")}
 last = histories["paged"][-1]
-print({k: v for k, v in last.items() if k != "layers"})
-print("layer 0 alone:", last["layers"][0])
+pprint({k: v for k, v in last.items() if k != "layers"}, width=88, sort_dicts=False)
+print("layer 0 alone:")
+pprint(last["layers"][0], width=88, sort_dicts=False)
 
 # %%
 fig, (ax_mem, ax_ev) = plt.subplots(1, 2, figsize=(11, 3.8), dpi=DPI)
@@ -271,7 +274,7 @@ plt.show()
 # One process holds all `n_kv_heads = 2` KV heads. With `P` processes, rank `r` keeps KV heads
 # `r·nkv/P …` and the query heads that read them (grouped-query attention keeps them together), and its own
 # ring caches for those heads only. That is Megatron-LM's split of self-attention (Shoeybi et al. 2019,
-# section 3): the q/k/v projection is cut by its output rows, the output projection `o_proj` by its input
+# section 3): the query/key/value projection is cut by its output rows, the output projection `o_proj` by its input
 # columns, so each rank computes a *partial* `o_proj` output from its heads, and one all-reduce (a sum over
 # processes) per layer gives every rank the full result. The embedding, norms, MLP and head are replicated.
 # vLLM splits Llama/Mistral attention the same way (`LlamaAttention`: `QKVParallelLinear` and a
@@ -293,7 +296,7 @@ for rank in range(2):
 try:
     check_world_size(cfg, 3)
 except ValueError as err:
-    print("\n3 processes:", err)
+    print("\n" + textwrap.fill(f"3 processes: {err}", 88, subsequent_indent="  "))
 
 # %% [markdown]
 # Now for real: `torchrun` starts two Python processes, each joins a process group (gloo, over loopback on

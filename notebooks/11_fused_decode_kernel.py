@@ -167,7 +167,7 @@ for carried in (True, False):
 # (`combine_attn_seqk_parallel` in `csrc/flash_attn/src/flash_fwd_kernel.h`, lines 1191–1204 at commit
 # 0251105a) and vLLM's `_fwd_kernel_stage2`. The merge is associative: any grouping of the parts gives the same.
 #
-# An **empty** part (no key) has `l = 0`: `o = 0` and `lse = −inf`. Merging two empty parts asks for
+# An **empty** part (no key) has $l = 0$: $o = 0$ and `lse = −inf`. Merging two empty parts asks for
 # `exp(lse_a − max) = exp(−inf − −inf) = exp(NaN)`. FlashAttention guards exactly that
 # (`lse_max == -INFINITY ? 0.0f : lse_max`, line 1196), vLLM's unified kernel too
 # (`m_j = tl.where(m_j > float("-inf"), m_j, 0.0)`). In a split kernel empty parts are common, as section 3 shows.
@@ -255,8 +255,8 @@ for mask_scores in (True, False):
     )
     print(
         f"padding lanes scored -inf: {mask_scores!s:5}  max |kernel - torch.softmax| <"
-        f" 1e-6: {bool((ys - torch.softmax(xs, 1)).abs().max() < 1e-6)}, row 0 sums to"
-        f" {ys[0].sum().item():.3f}"
+        f" 1e-6: {bool((ys - torch.softmax(xs, 1)).abs().max() < 1e-6)},\n  row 0 sums"
+        f" to {ys[0].sum().item():.3f}"
     )
 
 # %% [markdown]
@@ -352,7 +352,7 @@ print(inspect.getsource(kd._combine_kernel.fn))
 #
 # Build it up on a batch of three rows (lengths 5, 37 and 70), 4 query heads sharing 2 key/value heads (GQA),
 # blocks of 16, a window of 24, every block at a random place in the pool. First a window that fits in **one
-# block** (W = 4 on rows that do not cross a block edge), then **one split** walking two or three blocks, then
+# block** ($W = 4$ on rows that do not cross a block edge), then **one split** walking two or three blocks, then
 # **several splits** merged by pass 2. Each is compared with `paged_attention`:
 
 # %%
@@ -382,7 +382,7 @@ for title, W, splits in (
 reads8 = kd.split_blocks(seqlens, 24, bs, 8, width)
 empty8 = (reads8[..., 1] <= reads8[..., 0]).sum(1).tolist()
 print(
-    "8 splits, W = 24: splits holding no block, per row:",
+    "8 splits, W = 24: splits holding no block, per row:\n ",
     ", ".join(
         f"row {b} (length {n}): {e} of 8"
         for b, (n, e) in enumerate(zip(seqlens.tolist(), empty8))
@@ -407,7 +407,7 @@ print(inspect.getsource(kd.merge.fn))
 # A window of `W` keys starting anywhere in a block overlaps at most $\text{span} = \lceil (W - 1) / \text{bs} \rceil + 1$ blocks. The
 # kernel divides that span among `num_splits` programs per row and head, $\lceil \text{span} / \text{num\_splits} \rceil$ blocks each,
 # counted back from the row's newest block. `kd.split_blocks` is the same index arithmetic in Python; here it is
-# for the three rows, W = 24, 3 splits (one grid column per (row, split); the head axis repeats it `nheads` times):
+# for the three rows, $W = 24$, 3 splits (one grid column per (row, split); the head axis repeats it `nheads` times):
 
 # %%
 W, S = 24, 3
@@ -427,10 +427,10 @@ for b in range(B):
                 18
             )
         )
-    print(f"row {b} (keys {lo}..{hi - 1}): " + "  ".join(cells))
+    print(f"row {b} (keys {lo}..{hi - 1}):\n  " + "  ".join(cells).rstrip())
 
 
-# %%
+# %% tags=["hide-input"]
 def draw_grid(ax, seqlens, W, bs, S, width):
     """Each row's logical blocks, the window's keys, which split reads which block."""
     reads = kd.split_blocks(seqlens, W, bs, S, width)
@@ -694,7 +694,7 @@ plt.close(fig)
 #
 # ## 5. On a GPU: time it, and put it on the roof
 #
-# On a GPU runtime this cell times one decode step's attention for rows of 8,192 tokens, W = 4,096, 32 query
+# On a GPU runtime this cell times one decode step's attention for rows of 8,192 tokens, $W = 4{,}096$, 32 query
 # heads over 8 key/value heads, headdim 128, bfloat16, blocks of 16, at **batch 1 and batch 32**:
 #
 # * `paged_decode`'s kernels (`kd.decode_launch`, the checks left out as `attend_paged` leaves them out), once
@@ -794,8 +794,8 @@ if GPU:
     )
 else:
     print(
-        "No GPU: Triton runs in its interpreter here, and its times measure NumPy, not"
-        " a kernel; nothing is timed."
+        "No GPU: Triton runs in its interpreter here, and its times measure NumPy,\n"
+        "not a kernel; nothing is timed."
     )
 
 # %%

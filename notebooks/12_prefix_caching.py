@@ -22,7 +22,7 @@
 #   queue, `popitem(last=False)` → eviction);
 # * name a block by a hash chain, draw one, and explain why a block's hash must cover every token before it and
 #   be the same in every process;
-# * apply vLLM's sliding-window hit rule: only the `W - 1` positions before the first computed token must be cached;
+# * apply vLLM's sliding-window hit rule: only the $W - 1$ positions before the first computed token must be cached;
 # * measure prefix caching on a multi-turn chat: prefill tokens computed and tokens/s with caching off, on, and
 #   with a block store behind a pool too small for the conversation;
 # * put that store on Redis, shared by two processes, and say what happens when Redis goes down;
@@ -49,6 +49,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pprint import pprint
 
 import matplotlib.pyplot as plt
 import torch
@@ -81,8 +82,8 @@ DPI = 110
 model, tok = swkv_teach.load_pretrained()
 W, BS = model.config.window_size, 16
 print(
-    f"window W = {W}, block_size = {BS}: a block holds {BS} tokens' keys and values in"
-    f" each of {model.config.n_layers} layers"
+    f"window W = {W}, block_size = {BS}: a block holds {BS} tokens' keys and values\n"
+    f"in each of {model.config.n_layers} layers"
 )
 
 # %% [markdown]
@@ -207,11 +208,12 @@ chains = [block_hashes(p, BS) for p in prompts]
 shared = sum(1 for a, b in zip(*chains) if a == b)
 print(
     f"prompts of {len(prompts[0])} and {len(prompts[1])} tokens: {len(chains[0])} and"
-    f" {len(chains[1])} full blocks, the first {shared} shared; partial last blocks of"
+    f" {len(chains[1])} full blocks, the first {shared} shared;\npartial last blocks of"
     f" {len(prompts[0]) % BS} and {len(prompts[1]) % BS} tokens (no hash)"
 )
 
 
+# %% tags=["hide-input"]
 def column(i):
     """Block i's column: blocks 2 .. shared - 3 are left out ("..." stands for them)."""
     return i if i < 2 else i - (shared - 2) + 3
@@ -307,7 +309,7 @@ cache.release(table)
 print(
     "one request cached blocks",
     table,
-    "and finished; free queue, least recently freed first:",
+    "and finished;\nfree queue, least recently freed first:",
     list(cache.free_queue),
 )
 second = block_hashes([1, 2, 3, 4, 9, 9], 2)
@@ -316,23 +318,23 @@ cache.acquire(hit)
 print(
     "a second request shares the first two blocks: lookup ->",
     hit,
-    "; it allocates block",
+    ";\nit allocates block",
     cache.allocate(),
     f"(evicting the tail of the first: {cache.evictions} eviction)",
 )
 
 # %% [markdown]
-# ## 3. Sliding-window hits: only the last `W - 1` positions matter
+# ## 3. Sliding-window hits: only the last $W - 1$ positions matter
 #
-# With full attention, a hit must start at block 0: block `i`'s keys are useless without block `i - 1`'s, since
+# With full attention, a hit must start at block 0: block `i`'s keys are useless without block $i - 1$'s, since
 # the first computed token attends to all of them. With a sliding window the first computed token, at position
-# `n`, attends to keys `n - W + 1 .. n` only (query $i$ sees $i - W < j \le i$). So only the `W - 1` positions
+# `n`, attends to keys $n - W + 1, \dots, n$ only (query $i$ sees $i - W < j \le i$). So only the $W - 1$ positions
 # before `n` must be cached: the last $\lceil (W - 1) / \text{block\_size} \rceil$ blocks before it. Blocks further back may
 # have been evicted long ago; vLLM puts its `null_block` in their place. Its `SlidingWindowManager` needs
 # `cdiv(sliding_window - 1, block_size)` contiguous cached blocks (`single_type_kv_cache_manager.py:956-966`)
 # and searches from the right, stopping at the first run that long (`single_type_kv_cache_manager.py:1015-1037`);
 # if no run is long enough, the run from block 0 still counts (lines 1040-1044). The library's
-# `find_longest_cache_hit` follows it. On this model (`W = 64`, blocks of 16) that is 4 blocks:
+# `find_longest_cache_hit` follows it. On this model ($W = 64$, blocks of 16) that is 4 blocks:
 
 # %%
 prompt = tok.encode(SYSTEM_PROMPT + "def mean(values):\n" * 2)
@@ -350,7 +352,7 @@ for _ in range(3):
     pool.allocate()
 print(
     f"prompt of {len(prompt)} tokens, {len(hashes)} full blocks; after other traffic"
-    " the cached ones are",
+    " the cached ones are\n ",
     ["Y" if pool.get(h) is not None else "-" for h in hashes],
 )
 for window in (None, W):
@@ -395,9 +397,9 @@ for kept in (8, 5):
         pool, hashes, BS, window_size=W, max_tokens=full_hit * BS
     )
     print(
-        f"global layers hold blocks 0-{kept - 1}: their hit {full_hit * BS} tokens; the"
-        f" sliding layers, searched within it: {len(hybrid) * BS} tokens skipped (alone"
-        " they would skip 240)"
+        f"global layers hold blocks 0-{kept - 1}: their hit {full_hit * BS} tokens;\n"
+        f"  the sliding layers, searched within it: {len(hybrid) * BS} tokens skipped"
+        " (alone they would skip 240)"
     )
 
 # %% [markdown]
@@ -523,7 +525,7 @@ for flops in (500e12, 989e12):
     )
     print(
         f"Mistral 7B at {flops / 1e12:3.0f} TFLOP/s: recompute {recompute * 1e6:4.1f}"
-        f" µs/token, break-even {bw / 1e9:4.1f} GB/s; a 10 GbE fetch takes"
+        f" µs/token, break-even {bw / 1e9:4.1f} GB/s;\n  a 10 GbE fetch takes"
         f" {fetch * 1e6:.0f} µs/token"
     )
 
@@ -596,16 +598,18 @@ for budget in (None, 1024):
 # %%
 layout = block_layout(model, BS)
 k = torch.zeros(layout["num_layers"], BS, layout["n_kv_heads"], layout["head_dim"])
-print(
-    "layout:",
+print("layout:")
+pprint(
     {
         key: value[:12] + "..." if key == "model" else value
         for key, value in layout.items()
     },
+    width=88,
+    sort_dicts=False,
 )
 print(
     f"one block: {k.numel()} keys + {k.numel()} values in float32 = {2 * k.numel() * 4}"
-    " bytes; stored with header and checksum:"
+    " bytes;\nstored with header and checksum:"
     f" {len(encode_block(bytes(32), layout, k, k))} bytes"
 )
 
@@ -642,13 +646,13 @@ if HAVE_REDIS:
     out = serve_chat(here, tok, **CHAT)
     st = here.stats()
     print(
-        f"the other process wrote {other['put']} blocks to Redis; this one wrote"
+        f"the other process wrote {other['put']} blocks to Redis;\nthis one wrote"
         f" {st['store_put_blocks']}, hit {st['store_hit_blocks']} blocks there"
         f" ({st['store_rejected']} rejected, {st['store_errors']} errors)"
     )
     print(
         f"prompt tokens computed here: {st['prefill_tokens_computed']} of"
-        f" {st['prefix_query_tokens']}; same tokens as without caching, in both"
+        f" {st['prefix_query_tokens']};\nsame tokens as without caching, in both"
         f" processes: {out['outputs'] == other['outputs'] == reference}"
     )
     server.stop()
@@ -732,13 +736,14 @@ if HAVE_REDIS:
         caps[BUDGETS[-1]] - caps[BUDGETS[0]]
     )
     overhead = statistics.median(kib[b] - caps[b] * per_block for b in BUDGETS)
-    print(
+    said = (
         f"Redis's used_memory before any block: {baseline:,} bytes. One block costs"
         f" ~{per_block:,.0f} bytes in Redis (its {value_bytes:,}-byte value, its key,"
-        " the allocator's rounding), so a budget holds about\n(maxmemory -"
+        " the allocator's rounding),\nso a budget holds about (maxmemory -"
         f" {overhead:,.0f}) / {per_block:,.0f} blocks: Redis's own memory, a little"
         " more once a client writes than when empty, counts against maxmemory"
     )
+    print("\n".join(textwrap.fill(part, 88) for part in said.split("\n")))
     for budget in BUDGETS:
         mine = [r for r in rows if r["budget"] == budget]
         cap = caps[budget]
@@ -758,8 +763,8 @@ if HAVE_REDIS:
         cells = "  ".join(f"{clock} {s:>2}: {v:.0%}" for (clock, s), v in rate.items())
         exact_rate = statistics.median(r["exact_hit_rate"] for r in mine)
         print(
-            f"maxmemory {budget:>6} (~{cap:.0f} blocks): exact {exact_rate:.0%} | Redis"
-            f" {cells}"
+            f"maxmemory {budget:>6} (~{cap:.0f} blocks): exact {exact_rate:.0%}\n"
+            f"  Redis {cells}"
         )
 
 # %%

@@ -66,27 +66,33 @@ def attend_block(q, m_i, l_i, acc, K, V, block_id, start, head, lo, hi,
     """Fold one pool block into a running softmax; returns the new ``(m_i, l_i, acc)``.
 
     q: ``(BLOCK_D,)`` float32, already times ``softmax_scale``, zero past ``HEAD_DIM``.
-    m_i, l_i: float32 scalars, the running max and sum (``-inf`` and 0 before the first block);
-    acc: ``(BLOCK_D,)`` float32, ``sum_j exp(s_j - m_i) v_j`` so far.
+    m_i, l_i: float32 scalars, the running max and sum (``-inf`` and 0 before the
+    first block); acc: ``(BLOCK_D,)`` float32, ``sum_j exp(s_j - m_i) v_j`` so far.
     K, V: the pools' base pointers; pool block ``block_id`` holds key positions
-    ``start .. start + BLOCK_SIZE - 1``, slot ``i`` at ``block_id * stride_block + i * stride_slot``,
-    key/value head ``kvh`` at ``+ kvh * stride_head``, ``headdim`` contiguous.
+    ``start .. start + BLOCK_SIZE - 1``, slot ``i`` at
+    ``block_id * stride_block + i * stride_slot``, key/value head ``kvh`` at
+    ``+ kvh * stride_head``, ``headdim`` contiguous.
     head: the query head; it reads key/value head ``head // GROUP``.
-    lo, hi: the keys the query sees are positions ``lo <= j < hi`` (``hi = cache_seqlens[b]``):
-    nothing else may be read, a slot past ``hi`` may hold anything (NaN included).
-    BLOCK_N, BLOCK_D: the tile, powers of two ``>= BLOCK_SIZE, HEAD_DIM`` (``tl.arange`` needs them).
+    lo, hi: the keys the query sees are positions ``lo <= j < hi``
+    (``hi = cache_seqlens[b]``): nothing else may be read, a slot past ``hi`` may hold
+    anything (NaN included).
+    BLOCK_N, BLOCK_D: the tile, powers of two ``>= BLOCK_SIZE, HEAD_DIM``
+    (``tl.arange`` needs them).
     """
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     pos = start + offs_n
     seen = (offs_n < BLOCK_SIZE) & (pos >= lo) & (pos < hi)  # (BLOCK_N,)
-    rows = block_id.to(tl.int64) * stride_block + (head // GROUP) * stride_head + offs_n * stride_slot
+    rows = (block_id.to(tl.int64) * stride_block + (head // GROUP) * stride_head
+            + offs_n * stride_slot)
     ptrs = rows[:, None] + offs_d[None, :]  # (BLOCK_N, BLOCK_D)
     load = seen[:, None] & (offs_d < HEAD_DIM)[None, :]
     k = tl.load(K + ptrs, mask=load, other=0.0).to(tl.float32)
-    v = tl.load(V + ptrs, mask=load, other=0.0).to(tl.float32)  # masked: 0 * NaN would still be NaN
+    # masked: 0 * NaN would still be NaN
+    v = tl.load(V + ptrs, mask=load, other=0.0).to(tl.float32)
     s = tl.where(seen, tl.sum(q[None, :] * k, 1), float("-inf"))  # (BLOCK_N,) scores
-    m_new = tl.maximum(m_i, tl.max(s, 0))  # finite: the launcher calls this only on blocks the window overlaps
+    # finite: the launcher calls this only on blocks the window overlaps
+    m_new = tl.maximum(m_i, tl.max(s, 0))
     alpha = tl.exp(m_i - m_new)  # rescales what was summed under the old max
     p = tl.exp(s - m_new)
     return m_new, l_i * alpha + tl.sum(p, 0), acc * alpha + tl.sum(p[:, None] * v, 0)
@@ -96,11 +102,13 @@ def attend_block(q, m_i, l_i, acc, K, V, block_id, start, head, lo, hi,
 def merge(lse_a, o_a, lse_b, o_b):
     """Merge two partial softmaxes by log-sum-exp; returns ``(lse, o)``.
 
-    ``o_x`` is a normalised output over some keys, ``lse_x = log sum_j exp(s_j)`` over them;
-    an empty part is ``(lse = -inf, o = 0)``, and two empty parts merge to an empty part.
+    ``o_x`` is a normalised output over some keys, ``lse_x = log sum_j exp(s_j)`` over
+    them; an empty part is ``(lse = -inf, o = 0)``, and two empty parts merge to an
+    empty part.
     """
     m = tl.maximum(lse_a, lse_b)
-    m = tl.where(m == float("-inf"), 0.0, m)  # both empty: exp(-inf - -inf) would be NaN
+    # both empty: exp(-inf - -inf) would be NaN
+    m = tl.where(m == float("-inf"), 0.0, m)
     wa = tl.exp(lse_a - m)
     wb = tl.exp(lse_b - m)
     total = wa + wb
@@ -111,14 +119,16 @@ def merge(lse_a, o_a, lse_b, o_b):
 
 # ------------------------------------------------------------------ the skeleton that calls them
 @triton.jit
-def _split_kernel(Q, K, V, TABLE, SEQLENS, LSE, O, scale, window, blocks_per_split, num_splits,
-                  stride_qb, stride_qh, stride_block, stride_slot, stride_head, stride_tb, stride_tw,
-                  attend: tl.constexpr, GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+def _split_kernel(Q, K, V, TABLE, SEQLENS, LSE, O, scale, window, blocks_per_split,
+                  num_splits, stride_qb, stride_qh, stride_block, stride_slot,
+                  stride_head, stride_tb, stride_tw, attend: tl.constexpr,
+                  GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
-    hi = tl.load(SEQLENS + b)  # keys 0 .. hi - 1 are stored; the query sits at p = hi - 1
+    # keys 0 .. hi - 1 are stored; the query sits at p = hi - 1
+    hi = tl.load(SEQLENS + b)
     lo = tl.maximum(hi - window, 0)  # p - W < j  <=>  j >= hi - W
     first = lo // BLOCK_SIZE  # the window's oldest and newest logical blocks
     last = (hi - 1) // BLOCK_SIZE
@@ -126,19 +136,21 @@ def _split_kernel(Q, K, V, TABLE, SEQLENS, LSE, O, scale, window, blocks_per_spl
     end = last + 1 - (num_splits - 1 - s) * blocks_per_split
     begin = tl.maximum(end - blocks_per_split, first)
     offs_d = tl.arange(0, BLOCK_D)
-    q = tl.load(Q + b.to(tl.int64) * stride_qb + h * stride_qh + offs_d, mask=offs_d < HEAD_DIM, other=0.0)
+    q = tl.load(Q + b.to(tl.int64) * stride_qb + h * stride_qh + offs_d,
+                mask=offs_d < HEAD_DIM, other=0.0)
     q = q.to(tl.float32) * scale
     m_i = tl.full([], float("-inf"), tl.float32)
     l_i = tl.full([], 0.0, tl.float32)
     acc = tl.zeros([BLOCK_D], dtype=tl.float32)
     for lb in range(begin, end):  # no iteration at all for an empty split
         block_id = tl.load(TABLE + b.to(tl.int64) * stride_tb + lb * stride_tw)
-        m_i, l_i, acc = attend(q, m_i, l_i, acc, K, V, block_id, lb * BLOCK_SIZE, h, lo, hi,
-                               stride_block, stride_slot, stride_head,
+        m_i, l_i, acc = attend(q, m_i, l_i, acc, K, V, block_id, lb * BLOCK_SIZE, h,
+                               lo, hi, stride_block, stride_slot, stride_head,
                                GROUP, BLOCK_SIZE, BLOCK_N, HEAD_DIM, BLOCK_D)
     part = (b * tl.num_programs(1) + h) * num_splits + s
     found = l_i > 0
-    tl.store(LSE + part, tl.where(found, m_i + tl.log(tl.where(found, l_i, 1.0)), float("-inf")))
+    lse = tl.where(found, m_i + tl.log(tl.where(found, l_i, 1.0)), float("-inf"))
+    tl.store(LSE + part, lse)
     tl.store(O + part.to(tl.int64) * BLOCK_D + offs_d, acc / tl.where(found, l_i, 1.0))
 
 
@@ -153,7 +165,8 @@ def _combine_kernel(LSE, O, OUT, num_splits, stride_ob, stride_oh,
     first = (b * tl.num_programs(1) + h) * num_splits
     for s in range(0, num_splits):
         part = first + s
-        lse, o = merge(lse, o, tl.load(LSE + part), tl.load(O + part.to(tl.int64) * BLOCK_D + offs_d))
+        o_part = tl.load(O + part.to(tl.int64) * BLOCK_D + offs_d)
+        lse, o = merge(lse, o, tl.load(LSE + part), o_part)
     out = OUT + b.to(tl.int64) * stride_ob + h * stride_oh + offs_d
     tl.store(out, o.to(OUT.dtype.element_ty), mask=offs_d < HEAD_DIM)
 
