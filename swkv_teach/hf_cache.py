@@ -33,7 +33,12 @@ other than the ring (assisted decoding), offloading, ``torch.compile`` (``is_com
 Assisted generation (``assistant_model=``, ``prompt_lookup_num_tokens=k``) runs on
 ``hf_cache(model, lookahead=L)``: the ring keeps ``W + L`` slots, and transformers' ``crop(-r)``
 after each verify is the ring's O(1) ``rollback(r)`` (:meth:`WindowLayer.crop`, which cites what
-5.15 and 5.25 call and when).
+5.15 and 5.25 call and when). Greedy and seeded sampled tokens equal those of HF's default cache on
+Mistral, Gemma 2 and Gemma 3 under both versions, with one limit in 5.15 that is not the ring's: an
+*assistant* whose own layers slide fails inside HF's own assistant cache (its recording
+``DynamicSlidingWindowLayer.update`` returns every state since the last crop, ``cache_utils.py`` lines
+252-261 there, while the mask covers ``W - 1 + q``; 5.25 slices, lines 250-259), so under 5.15 the
+assistant must attend to everything; the target keeps the ring either way.
 
 For transformers' compiled ``generate``, :func:`hf_compileable_cache` gives Mistral-style models
 (every layer sliding) a :class:`CompileableRingLayer`: transformers' own static sliding layer with the
@@ -100,7 +105,8 @@ class WindowLayer(CacheLayerMixin):
                              f"got lookahead={lookahead!r} with kind {kind!r}")
         self.kind = kind
         self.sliding_window = sliding_window
-        self.cache: KVCache = RingBufferKVCache(sliding_window, lookahead) if lookahead else make_cache(kind, sliding_window)
+        self.cache: KVCache = (RingBufferKVCache(sliding_window, lookahead) if lookahead
+                               else make_cache(kind, sliding_window))
         self.lookahead = lookahead
         self.record_past = False  # as HF's sliding layer: set by activate_past_recording (assisted decoding)
         self.recurrent_states_to_keep = 0
@@ -179,8 +185,8 @@ class WindowLayer(CacheLayerMixin):
         ``prompt_lookup_num_tokens``, ``generation/candidate_generator.py`` lines 344-347 and 1172-1175);
         5.15 calls it with no argument (``generation/utils.py`` line 3632), so there the draft length is
         first known at the crop that needs it (:meth:`crop`). HF's own sliding layer then keeps every
-        state until the next crop (``cache_utils.py`` lines 211-216 and 243-257 in 5.25, 218-222 and
-        249-258 in 5.15); the ring already keeps ``L`` extra slots, so this only checks and records.
+        state until the next crop (``cache_utils.py`` lines 211-216 and 245-259 in 5.25, 218-223 and
+        252-261 in 5.15); the ring already keeps ``L`` extra slots, so this only checks and records.
 
         A verify of ``k`` drafts takes back at most ``k`` tokens (all drafts rejected; its first token,
         the last accepted one, stays), and right after a verify a ring with lookahead ``L`` can take
@@ -219,8 +225,8 @@ class WindowLayer(CacheLayerMixin):
         verify (``generation/utils.py`` lines 4186-4187 in 5.25, 3802-3803 in 5.15, where the count is a
         0-dim tensor: ``n_matches`` is a ``.sum()``, line 3774), and ``Cache.crop`` calls every layer's
         (``cache_utils.py`` lines 1910-1918 in 5.25, 1602-1610 in 5.15). ``crop(0)`` is a no-op here: HF's
-        sliding layer uses it to shrink back to ``W - 1`` states (lines 302-305 in 5.25), the ring never grew.
-        HF's own layer slices its keys (lines 306-310 in 5.25); the ring moves its counter.
+        sliding layer uses it to shrink back to ``W - 1`` states (lines 300-302 in 5.25), the ring never grew.
+        HF's own layer slices its keys (lines 304-308 in 5.25); the ring moves its counter.
 
         A positive count is the legacy "keep the first n tokens" form, deprecated in 5.15 (``cache_utils.py``
         lines 169-174 there) and refused by 5.25's ``DynamicLayer.crop`` (lines 168-173): refused here too.

@@ -6,7 +6,7 @@ is the ring's O(1) ``rollback``. Every expectation comes from Hugging Face itsel
 call with its default cache (``DynamicCache``, whose sliding layers record their past and slice it back),
 plain greedy decoding, or its ``DynamicSlidingWindowLayer`` driven side by side with ours. Models are tiny,
 random, built locally and run in float64 (so a greedy tie cannot hinge on rounding); prompts of 2W + 3
-tokens and 5W new ones take every run past the window many times.
+tokens and 3W new ones take every run past the window several times.
 
 Under transformers 5.15 an assistant whose own layers slide fails inside HF's own assistant cache, whatever
 the target's cache is (see ``test_a_sliding_assistant_fails_in_hf_itself_where_its_layer_returns_too_much``);
@@ -53,8 +53,8 @@ def build(family: str, window: int, attn: str = "eager", slide: bool = True):
 
 def _records_only_what_the_mask_sees() -> bool:
     """Whether HF's recording sliding layer returns ``W - 1 + q`` states when forwards run without a crop between
-    (5.25, ``cache_utils.py`` lines 253-260), as an assistant's own ``generate`` does; 5.15 returns every state
-    since the last crop (``cache_utils.py`` lines 249-261 there) while its mask covers ``W - 1 + q``."""
+    (5.25, ``cache_utils.py`` lines 250-259), as an assistant's own ``generate`` does; 5.15 returns every state
+    since the last crop (``cache_utils.py`` lines 252-261 there) while its mask covers ``W - 1 + q``."""
     layer = DynamicSlidingWindowLayer(sliding_window=2)
     layer.activate_past_recording()
     layer.update(torch.zeros(1, 1, 3, 1), torch.zeros(1, 1, 3, 1))
@@ -86,7 +86,7 @@ def plain_greedy(case, ids):
     key = (case, tuple(ids.flatten().tolist()))
     if key not in _plain:
         with torch.no_grad():
-            _plain[key] = model_for(case).generate(ids, max_new_tokens=5 * case[1], do_sample=False)
+            _plain[key] = model_for(case).generate(ids, max_new_tokens=3 * case[1], do_sample=False)
     return _plain[key]
 
 
@@ -125,7 +125,7 @@ def crops(monkeypatch):
 def generate(model, ids, cache=None, **kwargs):
     with torch.no_grad():
         extra = {cache_kwarg(model): cache} if cache is not None else {}
-        return model.generate(ids, max_new_tokens=5 * (model.config.sliding_window or 6), **kwargs, **extra)
+        return model.generate(ids, max_new_tokens=3 * model.config.sliding_window, **kwargs, **extra)
 
 
 def rolled_back_past_the_window(crops, W: int, L: int) -> list[int]:
@@ -165,8 +165,9 @@ def first_difference(a: torch.Tensor, b: torch.Tensor) -> int:
 @pytest.mark.parametrize("assistant_slides", [False, True], ids=["full-assistant", "sliding-assistant"])
 def test_assistant_model_gives_hf_default_caches_tokens_past_the_window(case, k, assistant_slides, crops):
     """``generate(assistant_model=...)`` drafting ``k`` tokens a round, target on ``hf_cache(model, lookahead=k)``:
-    the same greedy tokens as HF's default cache and as plain greedy, with drafts rejected after the ring wrapped. The assistant keeps HF's own cache (transformers never hands it the target's: ``cache`` is left
-    out of the assistant's kwargs, ``generation/candidate_generator.py`` lines 124-129 in 5.25)."""
+    the same greedy tokens as HF's default cache and as plain greedy, with drafts rejected after the ring wrapped.
+    The assistant keeps HF's own cache (transformers never hands it the target's: ``cache`` is left out of the
+    assistant's kwargs, ``generation/candidate_generator.py`` lines 124-129 in 5.25)."""
     if assistant_slides and not SLIDING_ASSISTANT_OK:
         pytest.skip("transformers 5.15: a sliding assistant fails in HF's own cache (pinned by the test below)")
     model, W = model_for(case), case[1]
@@ -182,9 +183,9 @@ def test_assistant_model_gives_hf_default_caches_tokens_past_the_window(case, k,
 def test_a_sliding_assistant_fails_in_hf_itself_where_its_layer_returns_too_much():
     """Pins why 5.15 cannot run a sliding assistant (on any target cache): the assistant's own ``DynamicCache``
     records its past (``generation/utils.py`` lines 2026-2028 there), its ``generate`` runs several forwards before
-    the next crop, and 5.15's recording layer returns every state since that crop (``cache_utils.py`` lines 249-261)
+    the next crop, and 5.15's recording layer returns every state since that crop (``cache_utils.py`` lines 252-261)
     while the mask covers ``W - 1 + q`` (its ``get_mask_sizes``): a shape error, raised by HF with its own cache.
-    5.25 slices to what the mask sees (``cache_utils.py`` lines 253-260) and runs it (the test above)."""
+    5.25 slices to what the mask sees (``cache_utils.py`` lines 250-259) and runs it (the test above)."""
     case = CASES[0]
     model, W = model_for(case), case[1]
     assistant = drafting(assistant_for(model, case[0], W, slide=True), 3)
@@ -201,18 +202,17 @@ def test_a_sliding_assistant_fails_in_hf_itself_where_its_layer_returns_too_much
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-W{c[1]}-{c[2]}")
 def test_sampled_assisted_generation_draws_hf_default_caches_tokens_for_the_same_seed(case):
     """``do_sample=True``: prompt lookup (HF samples every position and keeps drafts to the first mismatch) and an
-    assistant (HF's speculative sampling, ratio test): for each of 2 seeds the ring draws the default cache's tokens,
+    assistant (HF's speculative sampling, ratio test): for the same seed the ring draws the default cache's tokens,
     since its keys come back in the same order, so the logits are the same numbers."""
     model, W = model_for(case), case[1]
     assistant = drafting(assistant_for(model, case[0], W, slide=SLIDING_ASSISTANT_OK), 3)
-    for seed in range(2):
-        for how in (dict(prompt_lookup_num_tokens=3), dict(assistant_model=assistant)):
-            ids = prompt(W, repeat="prompt_lookup_num_tokens" in how)
-            torch.manual_seed(seed)
-            ref = generate(model, ids, do_sample=True, **how)
-            torch.manual_seed(seed)
-            ours = generate(model, ids, hf_cache(model, lookahead=3), do_sample=True, **how)
-            assert torch.equal(ours, ref), f"seed {seed}, {sorted(how)}: differ from step {first_difference(ours, ref)}"
+    for seed, how in ((W, dict(prompt_lookup_num_tokens=3)), (W + 1, dict(assistant_model=assistant))):
+        ids = prompt(W, repeat="prompt_lookup_num_tokens" in how)
+        torch.manual_seed(seed)
+        ref = generate(model, ids, do_sample=True, **how)
+        torch.manual_seed(seed)
+        ours = generate(model, ids, hf_cache(model, lookahead=3), do_sample=True, **how)
+        assert torch.equal(ours, ref), f"seed {seed}, {sorted(how)}: differ from step {first_difference(ours, ref)}"
 
 
 # -------------------------------------------------------------------------- layer by layer
@@ -309,8 +309,10 @@ def test_only_the_ring_takes_part_in_assisted_decoding():
     """Other kinds cannot take tokens back: refused when transformers starts assisted decoding (``activate_past_
     recording``, called before the first forward in 5.15 and 5.25), by name; ``lookahead`` is the ring's alone."""
     model = model_for(CASES[0])
+    cache = hf_cache(model, "naive")
     with pytest.raises(NotImplementedError, match="only kind 'ring'"):
-        generate(model, prompt(6, repeat=True), hf_cache(model, "naive"), prompt_lookup_num_tokens=2, do_sample=False)
+        generate(model, prompt(6, repeat=True), cache, prompt_lookup_num_tokens=2, do_sample=False)
+    assert cache.get_seq_length() == 0, "refused before the first forward"
     with pytest.raises(ValueError, match="lookahead is the ring's"):
         hf_cache(model, "naive", lookahead=2)
     with pytest.raises(NotImplementedError, match="only kind 'ring'"):
