@@ -34,11 +34,12 @@ Assisted generation (``assistant_model=``, ``prompt_lookup_num_tokens=k``) runs 
 ``hf_cache(model, lookahead=L)``: the ring keeps ``W + L`` slots, and transformers' ``crop(-r)``
 after each verify is the ring's O(1) ``rollback(r)`` (:meth:`WindowLayer.crop`, which cites what
 5.15 and 5.25 call and when). Greedy and seeded sampled tokens equal those of HF's default cache on
-Mistral, Gemma 2 and Gemma 3 under both versions, with one limit in 5.15 that is not the ring's: an
-*assistant* whose own layers slide fails inside HF's own assistant cache (its recording
-``DynamicSlidingWindowLayer.update`` returns every state since the last crop, ``cache_utils.py`` lines
-252-261 there, while the mask covers ``W - 1 + q``; 5.25 slices, lines 250-259), so under 5.15 the
-assistant must attend to everything; the target keeps the ring either way.
+Mistral, Gemma 2 and Gemma 3 under both versions, with two limits in 5.15 that are not the ring's, both
+inside HF's own assistant cache (HF's default cache fails the same way): an *assistant* whose own layers
+slide (its recording ``DynamicSlidingWindowLayer.update`` returns every state since the last crop,
+``cache_utils.py`` lines 252-261 there, while the mask covers ``W - 1 + q``; 5.25 slices, lines 250-259),
+so under 5.15 the assistant must attend to everything; and ``assistant_early_exit`` on Gemma
+(``DynamicLayer.crop`` slices the keys of a layer the early exit never filled, lines 186-188 there).
 
 For transformers' compiled ``generate``, :func:`hf_compileable_cache` gives Mistral-style models
 (every layer sliding) a :class:`CompileableRingLayer`: transformers' own static sliding layer with the

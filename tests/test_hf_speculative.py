@@ -180,6 +180,31 @@ def test_assistant_model_gives_hf_default_caches_tokens_past_the_window(case, k,
     assert rolled_back_past_the_window(crops, W, k), f"no draft rejected after the ring wrapped: {crops}"
 
 
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-W{c[1]}-{c[2]}")
+def test_early_exit_drafts_give_hf_default_caches_tokens(case, crops):
+    """``assistant_early_exit=1`` (``EarlyExitCandidateGenerator``, ``generation/candidate_generator.py`` line 1178 in
+    5.25): the model's first layer drafts ``num_assistant_tokens`` tokens, 20 by default (``generation/
+    configuration_utils.py`` line 643), so the ring is built with ``lookahead=20``: greedy tokens equal HF's default
+    cache's and plain greedy. Under 5.15 HF's own run fails on Gemma (its assistant cache crops a full layer the
+    early exit never filled: ``DynamicLayer.crop`` slices ``keys`` of None, ``cache_utils.py`` lines 186-188 there;
+    5.25 returns first, line 176): pinned, ours fails the same way rather than giving other tokens. A model of its
+    own: a draft that raises leaves the model cut to its first layer (``candidate_generator.py`` lines 1218-1221
+    in 5.15 restore ``num_hidden_layers`` only after the draft returns)."""
+    model, W = build(*case), case[1]
+    ids = prompt(W, repeat=False)
+    try:
+        ref = generate(model, ids, assistant_early_exit=1, do_sample=False)
+    except TypeError as e:
+        assert transformers.__version__.startswith("5.15") and case[0] != "mistral", f"HF's own run failed: {e}"
+        with pytest.raises(TypeError, match="not subscriptable"):
+            generate(model, ids, hf_cache(model, lookahead=20), assistant_early_exit=1, do_sample=False)
+        return
+    ours = generate(model, ids, hf_cache(model, lookahead=20), assistant_early_exit=1, do_sample=False)
+    assert torch.equal(ref, plain_greedy(case, ids)), "HF's own early exit should equal greedy (test setup)"
+    assert torch.equal(ours, ref), f"tokens differ from HF's default cache from step {first_difference(ours, ref)}"
+    assert any(r for _, r in crops), f"no draft rejected: {crops}"
+
+
 def test_a_sliding_assistant_fails_in_hf_itself_where_its_layer_returns_too_much():
     """Pins why 5.15 cannot run a sliding assistant (on any target cache): the assistant's own ``DynamicCache``
     records its past (``generation/utils.py`` lines 2026-2028 there), its ``generate`` runs several forwards before
