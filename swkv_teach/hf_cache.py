@@ -27,8 +27,19 @@ and our caches return exactly those keys (``KVCache.positions``). Worked example
 
 Full-attention layers (Gemma 2 and 3 alternate them with sliding ones) get transformers'
 own ``DynamicLayer``. Out of scope, refused with an error that says so: padded batches (a
-2-D ``attention_mask`` with zeros), beam search and other batch reordering, cropping
-(assisted decoding), offloading, ``torch.compile`` (``is_compileable`` stays False).
+2-D ``attention_mask`` with zeros), beam search and other batch reordering, cropping a cache
+other than the ring (assisted decoding), offloading, ``torch.compile`` (``is_compileable`` stays False).
+
+Assisted generation (``assistant_model=``, ``prompt_lookup_num_tokens=k``) runs on
+``hf_cache(model, lookahead=L)``: the ring keeps ``W + L`` slots, and transformers' ``crop(-r)``
+after each verify is the ring's O(1) ``rollback(r)`` (:meth:`WindowLayer.crop`, which cites what
+5.15 and 5.25 call and when). Greedy and seeded sampled tokens equal those of HF's default cache on
+Mistral, Gemma 2 and Gemma 3 under both versions, with two limits in 5.15 that are not the ring's, both
+inside HF's own assistant cache (HF's default cache fails the same way): an *assistant* whose own layers
+slide (its recording ``DynamicSlidingWindowLayer.update`` returns every state since the last crop,
+``cache_utils.py`` lines 252-261 there, while the mask covers ``W - 1 + q``; 5.25 slices, lines 250-259),
+so under 5.15 the assistant must attend to everything; and ``assistant_early_exit`` on Gemma
+(``DynamicLayer.crop`` slices the keys of a layer the early exit never filled, lines 186-188 there).
 
 For transformers' compiled ``generate``, :func:`hf_compileable_cache` gives Mistral-style models
 (every layer sliding) a :class:`CompileableRingLayer`: transformers' own static sliding layer with the
@@ -50,7 +61,7 @@ import inspect
 import torch
 
 from swkv_teach._hf_hint import INSTALL_HINT
-from swkv_teach.caches import KVCache, make_cache
+from swkv_teach.caches import KVCache, RingBufferKVCache, make_cache
 
 try:
     from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer, StaticSlidingWindowLayer
@@ -84,16 +95,22 @@ class WindowLayer(CacheLayerMixin):
 
     is_sliding = True  # per layer: masking_utils sizes the sliding mask from the first layer with it
     is_compileable = False
-    is_croppable = False
 
-    def __init__(self, kind: str, sliding_window: int):
+    def __init__(self, kind: str, sliding_window: int, lookahead: int = 0):
         super().__init__()
         if kind not in HF_KINDS:
             raise ValueError(f"kind must be one of {HF_KINDS} (caches whose keys are one window, in the order "
                              f"the mask expects); got {kind!r}")
+        if lookahead != 0 and kind != "ring":
+            raise ValueError(f"lookahead is the ring's (kind 'ring', the one cache that can take tokens back); "
+                             f"got lookahead={lookahead!r} with kind {kind!r}")
         self.kind = kind
         self.sliding_window = sliding_window
-        self.cache: KVCache = make_cache(kind, sliding_window)
+        self.cache: KVCache = (RingBufferKVCache(sliding_window, lookahead) if lookahead
+                               else make_cache(kind, sliding_window))
+        self.lookahead = lookahead
+        self.record_past = False  # as HF's sliding layer: set by activate_past_recording (assisted decoding)
+        self.recurrent_states_to_keep = 0
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device, self.dtype = key_states.device, key_states.dtype
@@ -103,7 +120,23 @@ class WindowLayer(CacheLayerMixin):
         """Store the new keys/values; return the keys/values the new queries attend over (see the module docstring)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        if self.lookahead and key_states.shape[-2] == 1:
+            return self._update_one_token_with_lookahead(key_states, value_states)
         return self.cache.update(key_states, value_states)
+
+    def _update_one_token_with_lookahead(self, key_states: torch.Tensor, value_states: torch.Tensor):
+        """One token on a ring with ``W + L`` slots: write its slot (O(1)), return the ``min(seen, W)`` in its window.
+
+        The ring's own one-token path returns every filled slot, ``L`` of them (or stale ones after a
+        rollback) outside the query's window: the course's decoder masks them by position, but HF's
+        mask covers one contiguous run of ``kv_length = min(seen, W - 1) + 1`` positions
+        (:func:`mask_sizes`), so only the window's keys go out, gathered in position order.
+        """
+        ring = self.cache
+        ring.update(key_states, value_states)
+        n = ring.seen  # the new token is position n - 1; its window is n - W .. n - 1 (clipped at 0)
+        slots = torch.arange(max(n - self.sliding_window, 0), n, device=key_states.device) % ring.capacity
+        return ring.k_buf.index_select(2, slots), ring.v_buf.index_select(2, slots)
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         """``(kv_length, kv_offset)`` for the next ``update`` of ``query_length`` tokens (called before it)."""
@@ -132,8 +165,76 @@ class WindowLayer(CacheLayerMixin):
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         self._refuse("reorder_cache (beam search)")
 
+    # ------------------------------------------------------------------ assisted decoding
+    @property
+    def is_croppable(self) -> bool:
+        """Whether ``crop`` can put this layer back as it was (transformers 5.25 asks, ``generation/utils.py``
+        lines 4103-4106, after the first verify): the ring can, within :meth:`rollback_limit`; the others cannot."""
+        return self.kind == "ring"
+
+    def rollback_limit(self) -> int:
+        """Most tokens ``crop`` can take back now: the ring's ``rollback_limit``, 0 for the other kinds."""
+        return self.cache.rollback_limit if self.kind == "ring" else 0
+
+    def activate_past_recording(self, recurrent_states_to_keep: int | None = None, **kwargs) -> None:
+        """transformers' signal that ``crop`` will follow each verify: refuse here, before any forward, a layer
+        that could not serve it.
+
+        transformers 5.25 calls it from ``_assisted_decoding`` with the drafter's tokens per round,
+        ``cache.activate_past_recording(recurrent_states_to_keep=candidate_generator.num_drafting_tokens)``
+        (``generation/utils.py`` line 4002; ``num_drafting_tokens`` is ``num_assistant_tokens`` or
+        ``prompt_lookup_num_tokens``, ``generation/candidate_generator.py`` lines 344-347 and 1172-1175);
+        5.15 calls it with no argument (``generation/utils.py`` line 3632), so there the draft length is
+        first known at the crop that needs it (:meth:`crop`). HF's own sliding layer then keeps every
+        state until the next crop (``cache_utils.py`` lines 211-216 and 245-259 in 5.25, 218-223 and
+        252-261 in 5.15); the ring already keeps ``L`` extra slots, so this only checks and records.
+
+        A verify of ``k`` drafts takes back at most ``k`` tokens (all drafts rejected; its first token,
+        the last accepted one, stays), and right after a verify a ring with lookahead ``L`` can take
+        back ``L + 1``: so ``L >= k - 1`` serves ``k`` drafts, the same ``W - 1 + k`` tokens HF's
+        recording layer peaks at (``hf_cache(model, lookahead=k)`` reads more plainly and spares one).
+        """
+        if self.kind != "ring":
+            self._refuse("assisted decoding (crop after each verify): only kind 'ring', built with "
+                         "hf_cache(model, lookahead=k), can take tokens back")
+        if recurrent_states_to_keep is not None and recurrent_states_to_keep > self.lookahead + 1:
+            raise ValueError(
+                f"assisted decoding drafts {recurrent_states_to_keep} tokens a round (num_assistant_tokens or "
+                f"prompt_lookup_num_tokens) and may take them all back, but a ring with lookahead={self.lookahead} "
+                f"(window {self.sliding_window}) can take back at most {self.lookahead + 1}: pass "
+                f"hf_cache(model, lookahead={recurrent_states_to_keep})")
+        self.record_past = True
+        self.recurrent_states_to_keep = recurrent_states_to_keep or 0
+
+    def check_crop(self, tokens_to_remove) -> int:
+        """``r`` for ``crop(-r)``, or an error naming why this layer cannot take ``r`` tokens back (nothing changes)."""
+        r = _tokens_to_take_back(tokens_to_remove)
+        if r and self.kind != "ring":
+            self._refuse("crop (assisted decoding): only kind 'ring' can take tokens back")
+        if r > self.rollback_limit():
+            raise ValueError(
+                f"crop({-r}): this ring (window {self.sliding_window}, lookahead={self.lookahead}, {self.cache.seen} "
+                f"tokens seen) can take back at most {self.rollback_limit()} tokens now; older slots were reused. "
+                f"For drafts of k tokens (prompt_lookup_num_tokens or num_assistant_tokens, which the 'heuristic' "
+                f"schedule grows) build hf_cache(model, lookahead=k)")
+        return r
+
     def crop(self, tokens_to_remove: int) -> None:
-        self._refuse("crop (assisted decoding)")
+        """Take back the last ``-tokens_to_remove`` tokens: the ring's ``rollback``, O(1), no tensor copied.
+
+        transformers' assisted decoding calls ``cache.crop(-(candidate_length - n_matches))`` after each
+        verify (``generation/utils.py`` lines 4186-4187 in 5.25, 3802-3803 in 5.15, where the count is a
+        0-dim tensor: ``n_matches`` is a ``.sum()``, line 3774), and ``Cache.crop`` calls every layer's
+        (``cache_utils.py`` lines 1910-1918 in 5.25, 1602-1610 in 5.15). ``crop(0)`` is a no-op here: HF's
+        sliding layer uses it to shrink back to ``W - 1`` states (lines 300-302 in 5.25), the ring never grew.
+        HF's own layer slices its keys (lines 304-308 in 5.25); the ring moves its counter.
+
+        A positive count is the legacy "keep the first n tokens" form, deprecated in 5.15 (``cache_utils.py``
+        lines 169-174 there) and refused by 5.25's ``DynamicLayer.crop`` (lines 168-173): refused here too.
+        """
+        r = self.check_crop(tokens_to_remove)
+        if r:
+            self.cache.rollback(r)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         self._refuse("batch_repeat_interleave")
@@ -217,8 +318,32 @@ def hf_compileable_cache(model) -> "WindowCache":
     return WindowCache(layers=[CompileableRingLayer(max_cache_len=window, sliding_window=window) for _ in types])
 
 
+def _tokens_to_take_back(tokens_to_remove) -> int:
+    """``r`` from transformers' ``crop(-r)`` argument: an int or a 0-dim integer tensor (5.15), at most 0."""
+    value = tokens_to_remove
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"crop: tokens_to_remove must be an int <= 0 (crop(-r) takes back r tokens); "
+                        f"got {type(tokens_to_remove).__name__} {tokens_to_remove!r}")
+    if value > 0:
+        raise ValueError(
+            f"crop({value}): a positive count is the legacy 'keep the first {value} tokens' form (deprecated in "
+            f"transformers 5.15, refused by 5.25); pass crop(-r) to take back the last r tokens")
+    return -value
+
+
 class WindowCache(Cache):
     """A ``transformers.Cache`` of :class:`WindowLayer` (sliding layers) and ``DynamicLayer`` (full layers)."""
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Every layer takes back ``-tokens_to_remove`` tokens, or none does: each sliding layer is asked first
+        (:meth:`WindowLayer.check_crop`), so a refusal leaves the full layers uncut too."""
+        r = _tokens_to_take_back(tokens_to_remove)
+        for layer in self.layers:
+            if isinstance(layer, WindowLayer):
+                layer.check_crop(-r)
+        super().crop(-r)
 
     def __init__(self, layers: list):
         super().__init__(layers=layers)
@@ -288,13 +413,16 @@ def layer_types_of(config) -> list[str]:
     return types
 
 
-def hf_cache(model, kind: str = "ring") -> WindowCache:
+def hf_cache(model, kind: str = "ring", lookahead: int = 0) -> WindowCache:
     """A ``transformers.Cache`` for ``model`` whose sliding layers keep their keys/values in ``make_cache(kind, W)``.
 
     Args:
         model: a Hugging Face causal LM (Mistral, Gemma 2, Gemma 3, ...) whose (text) config has
             ``sliding_window`` = W keys per query, its own included (HF's rule since 4.56, ours).
         kind: ``"ring"`` (default), ``"naive"`` (``"sliding"``) or ``"int8"``.
+        lookahead: ``L`` extra ring slots (kind ``"ring"``): ``RingBufferKVCache(W, lookahead=L)``, so
+            assisted generation (``assistant_model=``, ``prompt_lookup_num_tokens=k``) can take back a
+            rejected draft in O(1); ``L = k`` serves drafts of ``k`` tokens (see :meth:`WindowLayer.crop`).
 
     Returns:
         a fresh cache for one batch of equal-length sequences; pass it as ``past_key_values`` to
@@ -306,7 +434,7 @@ def hf_cache(model, kind: str = "ring") -> WindowCache:
                          "HF's (kv_length, kv_offset) mask sizes cannot describe)")
     config = _text_config(model)
     window = _window_of(config)
-    layers = [WindowLayer(kind, window) if t == "sliding_attention" else DynamicLayer()
+    layers = [WindowLayer(kind, window, lookahead) if t == "sliding_attention" else DynamicLayer()
               for t in layer_types_of(config)]
     _install_guard(model)
     return WindowCache(layers=layers)

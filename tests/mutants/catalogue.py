@@ -679,6 +679,30 @@ MUTANTS += [
            "a change of batch size mid-sequence is not refused", HF_CACHE),
 ]
 
+# hf_cache.py under transformers' assisted generation (issue 39): crop as the ring's rollback, the one-token window
+# of a ring with lookahead, the refusals. Killed under the newest transformers and under 5.15.0 alike.
+HF_SPECULATIVE = ["tests/test_hf_speculative.py"]
+MUTANTS += [
+    Mutant("hfs-crop-forgets-rollback", "swkv_teach/hf_cache.py", "        if r:\n            self.cache.rollback(r)\n",
+           "        if r:\n            pass\n", "crop changes nothing: rejected drafts stay in the ring",
+           HF_SPECULATIVE),
+    Mutant("hfs-one-token-returns-every-slot", "swkv_teach/hf_cache.py",
+           "if self.lookahead and key_states.shape[-2] == 1:", "if False:",
+           "a ring with lookahead hands one query all W + L slots, some outside its window", HF_SPECULATIVE),
+    Mutant("hfs-one-token-window-too-wide", "swkv_teach/hf_cache.py",
+           "torch.arange(max(n - self.sliding_window, 0), n,", "torch.arange(max(n - self.sliding_window - 1, 0), n,",
+           "one query gets W + 1 keys, one past its window", HF_SPECULATIVE),
+    Mutant("hfs-crop-not-atomic", "swkv_teach/hf_cache.py", "                layer.check_crop(-r)\n",
+           "                pass\n", "a refused crop has already cut the full layers before it", HF_SPECULATIVE),
+    Mutant("hfs-draft-bound-off-by-one", "swkv_teach/hf_cache.py",
+           "recurrent_states_to_keep > self.lookahead + 1", "recurrent_states_to_keep > self.lookahead",
+           "a ring with lookahead k - 1, which serves k drafts, is refused them", HF_SPECULATIVE),
+    Mutant("hfs-naive-joins-assisted-decoding", "swkv_teach/hf_cache.py",
+           '        if self.kind != "ring":\n            self._refuse("assisted decoding',
+           '        if False:\n            self._refuse("assisted decoding',
+           "assisted decoding starts on a cache that cannot take tokens back", HF_SPECULATIVE),
+]
+
 # The compiled ring (helper `compile`, issue 29): the step's slot, mask and bookkeeping, in the library and in
 # hf_cache's compileable layer. Each run compiles the mutated step once (tens of seconds on a busy CPU).
 COMPILED_RING = ["tests/test_compiled_ring.py"]
