@@ -261,22 +261,32 @@ def _words(text: str) -> str:
 
 def search_words(staged: str) -> dict[str, str]:
     """What the search ranks a page by (site/search_scorer.js): its title, its headings, its text, as words."""
-    if staged.endswith(".ipynb"):
-        nb = json.loads((STAGE / staged).read_text())
-        sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in nb["cells"]]
-        text = "\n".join(sources)
-    else:
-        text = (STAGE / staged).read_text()
-    text = re.sub(r"<[^>]+>", " ", re.sub(r"\]\([^)]*\)", "]", text))  # link targets and HTML are not prose
+    text = staged_text(staged)
+    # link targets and HTML tags are not prose (a tag: `<div ...>` on one line; code's `a < b > c` stays)
+    text = re.sub(r"</?[a-zA-Z][^<>\n]*>", " ", re.sub(r"\]\([^)\s]*\)", "]", text))
     title = re.search(r"^#\s+(.+)$", text, re.M)
     headings = [h for h in re.findall(r"^#{2,6}\s+(.+)$", text, re.M)]
     return {"t": _words(title.group(1)) if title else "", "h": "\n".join(map(_words, headings)), "b": _words(text)}
 
 
-def write_scorer(pages: list[str]) -> None:
+def staged_text(staged: str) -> str:
+    if staged.endswith(".ipynb"):
+        nb = json.loads((STAGE / staged).read_text())
+        return "\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in nb["cells"])
+    return (STAGE / staged).read_text()
+
+
+def write_scorer(pages: list[str], course: list[Lesson], homes: dict) -> None:
+    """build/site-scorer.js: site/search_scorer.js, the pages' words, and the course's path (each lesson, then the
+    exercises it sets) that orders near ties."""
     data = {doc(p): search_words(p) for p in pages if p != "404.md"}
+    order = []
+    for lesson in course:
+        order.append(doc(lesson.path))
+        order += [doc(ex) for ex in sorted(homes) if homes[ex][0].path == lesson.path]
     scorer = (CONF_DIR / "search_scorer.js").read_text()
-    write_if_changed(SCORER, scorer + "\nScorer.pages = " + json.dumps(data, separators=(",", ":")) + ";\n")
+    write_if_changed(SCORER, scorer + "\nScorer.pages = " + json.dumps(data, separators=(",", ":")) + ";\n"
+                     + "Scorer.order = " + json.dumps(order) + ";\n")
 
 
 def lesson_ties(lesson: Lesson) -> str:
@@ -346,7 +356,7 @@ def stage() -> list[str]:
         "---\norphan: true\n---\n\n# Page not found\n\nThis page is not part of the course (it may have moved "
         "when a lesson was renumbered). Go to the [course's home page](index.md), the [list of lessons]"
         "(notebooks/README.md) or the [exercises](exercises/index.md), or search with the box on the left.\n"))
-    write_scorer(pages)
+    write_scorer(pages, course, homes)
     for stale in [p for p in STAGE.rglob("*") if p.is_file()]:
         rel = stale.relative_to(STAGE).as_posix()
         if rel not in written and rel not in linker.assets:

@@ -689,10 +689,15 @@ RANKS = [
     ("attention sinks", "notebooks/05_", []), ("paged attention", "notebooks/07_", []),
     ("LRU", "notebooks/05_", []), ("Triton", "notebooks/11_", []), ("torchrun", "notebooks/10_", []),
     # a second set, the team's own
-    ("rolling buffer", "notebooks/03_", []), ("chunked prefill", "notebooks/04_", []),
+    ("rolling buffer", "notebooks/03_", []), ("chunk contract", "notebooks/03_", ["exercises/04_"]),
     ("H2O", "notebooks/08_", ["exercises/10_"]), ("block table", "notebooks/07_", ["exercises/08_"]),
-    ("int8", "notebooks/07_", ["exercises/09_"]), ("Hugging Face cache layer", "notebooks/09_", ["exercises/11_"]),
-    ("interview", "notebooks/13_", []), ("state_dict", "notebooks/10_", []),
+    ("int8", "notebooks/07_", ["exercises/09_"]), ("transformers cache layer", "notebooks/09_", ["exercises/11_"]),
+    ("left padding", "notebooks/04_", []), ("split-KV", "notebooks/11_", []), ("off-by-one", "notebooks/00_", []),
+    ("free block queue", "notebooks/12_", []), ("heavy hitter", "notebooks/08_", []), ("promotion", "notebooks/05_", []),
+    ("interview", "notebooks/13_", []), ("state_dict", "notebooks/10_", []), ("hash chain", "notebooks/12_", []),
+    ("rotary", "notebooks/03_", []), ("TOVA", "notebooks/08_", []), ("flash_attn_with_kvcache", "notebooks/06_", []),
+    ("continuous batching", "notebooks/07_", []), ("Redis", "notebooks/12_", []), ("persistence", "notebooks/10_", []),
+    ("sliding window mask", "notebooks/00_", []), ("EvictionExplorer", "", ["notebooks/02_"]),
     ("online softmax", "notebooks/11_", []),
 ]
 
