@@ -216,11 +216,11 @@ def stage_notebook(repo_path: str, linker: Linker, ties: str = "") -> str:
             last_markdown = source
             # the page is the website, where no kernel runs
             source = source.replace("No live kernel (reading this on GitHub)?", "No live kernel (as on this website)?")
-            cell = {**cell, "source": linker.rewrite(source, repo_path)}
-            if ties and re.match(r"#\s", source.lstrip()):
-                cells.append(cell)
-                cell = {"cell_type": "markdown", "id": "swkv-ties", "metadata": {}, "source": ties}
-                ties = ""
+            source = linker.rewrite(source, repo_path)
+            if ties and re.match(r"#\s", source.lstrip()):  # right under the page's title
+                title, _, rest = source.lstrip().partition("\n")
+                source, ties = f"{title}\n\n{ties}\n{rest}", ""
+            cell = {**cell, "source": source}
         elif cell["cell_type"] == "code":
             # nbval's markers are for the test suite, not the reader
             kept = [line for line in source.split("\n") if not line.lstrip().startswith("# NBVAL_")]

@@ -17,14 +17,16 @@ $i - W < j \le i$. And one floor on speed, which lesson 0 derives: a decode step
 cannot be faster than
 
 $$
-t_{\text{step}} \;\ge\; \frac{\text{weight bytes} + B \times \text{KV-cache bytes per sequence}}{\text{memory bandwidth}}.
+t_{\text{step}} \;\ge\; \frac{\text{weights} + B \times \text{KV cache}}{\text{bandwidth}},
 $$
+
+in bytes for one sequence's cache, and bytes per second for the GPU's memory bandwidth.
 
 """
 
 
 def _minutes(lo: int, hi: int) -> str:
-    return f"{lo}–{hi} min"
+    return f"{lo}–{hi}\u00a0min"  # no break before "min"
 
 
 def _hours(minutes: int) -> str:
@@ -32,13 +34,13 @@ def _hours(minutes: int) -> str:
 
 
 def path_table(lessons: list[Lesson]) -> str:
-    rows = ["| # | Lesson | Time | Exercises (done where the lesson reaches them) |", "|---|---|---|---|"]
+    rows = ["| # | Lesson | Time | Exercises, done where the lesson reaches them |", "|---|---|---|---|"]
     for lesson in lessons:
         name = lesson.title.split("—", 1)[-1].strip()
-        exercises = [f"[{title_of(ex).split(':', 1)[0]}]({ex}) ({_minutes(lo, hi)})" for ex, lo, hi in lesson.exercises]
+        exercises = [f"[{title_of(ex)}]({ex}) ({_minutes(lo, hi)})" for ex, lo, hi in lesson.exercises]
         if lesson.answer:
             exercises.append(f"the questions, answered aloud ({_minutes(*lesson.answer)})")
-        rows.append(f"| {lesson.number} | [{name}]({lesson.path}) | {lesson.minutes} min | "
+        rows.append(f"| {lesson.number} | [{name}]({lesson.path}) | {lesson.minutes}\u00a0min | "
                     f"{'; '.join(exercises) or '—'} |")
     return "\n".join(rows)
 

@@ -492,9 +492,9 @@ def test_the_home_page_is_the_landing_page_not_the_readme(site):
         assert row, f"the path has no row linking {lesson.path}"
         header = re.search(r"\*\*Time:\*\* about (\d+) min", "".join(
             "".join(c["source"]) for c in json.loads((ROOT / lesson.path).read_text())["cells"][:4]))
-        assert f">{header.group(1)} min<" in row, f"{lesson.path}: header says {header.group(1)} min; row {row[:300]}"
+        assert f">{header.group(1)}\u00a0min<" in row, f"{lesson.path}: header says {header.group(1)} min; row {row[:300]}"
         for ex, lo, hi in lesson.exercises:
-            assert f'href="{page_of(ROOT / ex)}"' in row and f"{lo}–{hi} min" in row, f"{lesson.path}: {ex} missing"
+            assert f'href="{page_of(ROOT / ex)}"' in row and f"{lo}–{hi}\u00a0min" in row, f"{lesson.path}: {ex} missing"
     assert "readme.html#for-teachers" in page, "the teachers' paragraph links the README's section for teachers"
     assert (site / "readme.html").is_file() and "Set up: two commands" in _readable_text(site / "readme.html")
     assert "Mutation testing" not in text, "the home page still carries the README's maintainer notes"
