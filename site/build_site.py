@@ -55,16 +55,13 @@ LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s]+)(\))")
 FOLDER_PAGES = {"notebooks": "notebooks/README.md", "exercises": "exercises/index.md"}
 
 
-UPSTREAM = "https://github.com/swkv-teach/swkv-teach"
-
-
 def site_repo_url() -> str:
-    """The repository the site links to (GitHub buttons, Colab, files): pyproject's address, except in a fork's
-    Pages workflow that kept the upstream line, where it is the fork's own (SWKV_SITE_REPOSITORY, which
-    .github/workflows/pages.yml sets from the workflow's repository)."""
-    own = repo_url()
-    fork = os.environ.get("SWKV_SITE_REPOSITORY", "").strip().rstrip("/")
-    return fork if fork and own == UPSTREAM else own
+    """The repository the site links to (GitHub buttons, Colab, files): pyproject's address, or, in a Pages workflow,
+    the repository that publishes the site (SWKV_SITE_REPOSITORY, which .github/workflows/pages.yml sets from
+    github.repository). Upstream and a fork that changed pyproject's line get the same address either way; a fork
+    that kept the upstream line links to itself, not upstream."""
+    published_from = os.environ.get("SWKV_SITE_REPOSITORY", "").strip().rstrip("/")
+    return published_from or repo_url()
 
 
 def colab_url(rel_path: str) -> str:
