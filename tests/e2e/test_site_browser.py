@@ -11,9 +11,19 @@ Builds the site once per session (site/build_site.py: about 15 s, no kernel star
   in no built file (except lines the course publishes anyway: in a lesson, or in the exercise's statement);
 - each lesson shows its stored figures and printed outputs; widgets show a note saying they need a kernel;
 - each notebook page links Colab (the notebook's own badge target) and its stored .ipynb;
-- at phone width (390 px) no lesson scrolls sideways; wide code and tables scroll inside their box.
+- at phone width (390 px) no lesson scrolls sideways; wide code and tables scroll inside their box;
+- the home page is a landing page for learners (start here, the path with each lesson's time and exercises from
+  the lessons' headers, the teachers' route), and the README a reference page; a 404 page links home; no genindex;
+- formulas are typeset by the MathJax shipped with the site, with every outside request blocked;
+- every code cell has a copy button that copies it, and no code is cut without a scrollbar at 1280 and 390 px;
+- search ranks the page that teaches a word first (a fixed set of queries and their expected pages), with snippets
+  of prose, not the theme's text;
+- the drill: short question titles in the page's contents, answers in closed boxes, heading sizes in order;
+- each exercise page links the lesson section that reaches it, and the lesson links back; no link is labelled with
+  a file path; figures carry alt text and captions.
 
-The browser tests are marked e2e. Screenshots (home; lesson 3 at phone width) go to test-artifacts/site/.
+The browser tests are marked e2e. Screenshots (home, math, lesson 3, the drill and a search, at 1280 and 390 px
+where it matters) go to test-artifacts/site/.
 Skips without chromium or the site extra (pip install -e '.[site]') unless SWKV_REQUIRE_E2E=1.
 """
 
