@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 13 — Interview drill
 #
-# **Time:** about 50 minutes to read, plus 55–95 to answer the nineteen questions aloud before you open each fold (3–5 minutes each). **You need:**
+# **Time:** about 60 minutes to read, plus 55–95 to answer the nineteen questions aloud before you open each fold (3–5 minutes each). **You need:**
 # lessons 0–12; it comes last so that every question is about something taught (each answer says where its
 # topic is taught). Sources: [references](../docs/references.md); formulas: [cheat sheet](../docs/cheatsheet.md).
 #

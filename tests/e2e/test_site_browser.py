@@ -74,7 +74,8 @@ def lesson(number: str) -> Path:
 @pytest.fixture(scope="session")
 def site() -> Path:
     """build/site/, built once for the session from the stored notebooks."""
-    missing = [m for m in ("sphinx", "myst_nb", "sphinx_book_theme") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("sphinx", "myst_nb", "sphinx_book_theme", "sphinx_copybutton", "sphinx-mathjax-offline")
+               if importlib.util.find_spec(m) is None]
     if missing:
         skip_or_fail(f"the site extra is not installed ({', '.join(missing)} missing: pip install -e '.[site]')")
     done = subprocess.run([sys.executable, "site/build_site.py"], cwd=ROOT, capture_output=True, text=True)
