@@ -375,6 +375,16 @@ def copy_if_changed(src: Path, dest: Path) -> None:
     shutil.copyfile(src, dest)
 
 
+def based_404(page: str, base_path: str | None) -> str:
+    """GitHub Pages serves 404.html for any missing address, e.g. /<repo>/notebooks/gone.html: its relative links and
+    styles would resolve from notebooks/. A <base> at the site's root (configure-pages' base_path, "/<repo>" or "")
+    makes them resolve from where 404.html really is. None: no <base> (served locally, or tested)."""
+    page = re.sub(r'\n  <base href="[^"]*">', "", page)
+    if base_path is None:
+        return page
+    return page.replace("<head>", f'<head>\n  <base href="{base_path.rstrip("/")}/">', 1)
+
+
 def build(jobs: str = "1") -> int:
     start = time.monotonic()
     pages = stage()
@@ -386,6 +396,8 @@ def build(jobs: str = "1") -> int:
     found = course_pages()
     for path in found["lessons"] + found["exercises"]:  # the "Download .ipynb" links: the stored notebooks
         copy_if_changed(ROOT / path, OUT / path)
+    if (OUT / "404.html").is_file():  # Sphinx rewrites a page only when it changed: set or clear the <base> here
+        (OUT / "404.html").write_text(based_404((OUT / "404.html").read_text(), os.environ.get("SWKV_SITE_BASE_PATH")))
     if (OUT / "_sources").is_dir() and not any((OUT / "_sources").iterdir()):
         (OUT / "_sources").rmdir()  # html_copy_source is off; Sphinx makes the folder anyway
     warnings = WARNINGS.read_text().strip() if WARNINGS.is_file() else ""

@@ -72,3 +72,23 @@ def test_site_dependencies_are_pinned_in_one_place():
         assert any(r.startswith(needed + "==") for r in printed), f"{needed} is not in the site extra"
     makefile = (ROOT / "Makefile").read_text()
     assert "site/build_site.py --requirements" in makefile, "make site no longer installs the site extra"
+
+
+def test_the_404_page_resolves_its_links_from_the_site_root_wherever_it_is_served():
+    """GitHub Pages serves 404.html at the missing address itself (/<repo>/notebooks/gone.html)."""
+    code = ("import sys; sys.path.insert(0, 'site'); import build_site as b; page = '<html><head><meta></head>'; "
+            "once = b.based_404(page, '/swkv-teach'); print(repr(once)); print(repr(b.based_404(once, '/other'))); "
+            "print(repr(b.based_404(once, None)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    based, moved, cleared = [eval(line) for line in out.splitlines()]
+    assert based == '<html><head>\n  <base href="/swkv-teach/"><meta></head>'
+    assert moved.count("<base") == 1 and '<base href="/other/">' in moved, "a second build must not stack <base> tags"
+    assert cleared == "<html><head><meta></head>", "a build for local reading (or the test) has no <base>"
+    steps = _workflow()["jobs"]["build"]["steps"]
+    test = next(s for s in steps if "tests/e2e/test_site_browser.py" in s.get("run", ""))
+    based_build = next(s for s in steps if s.get("env", {}).get("SWKV_SITE_BASE_PATH"))
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-pages-artifact"))
+    assert based_build["env"]["SWKV_SITE_BASE_PATH"] == "${{ steps.pages.outputs.base_path }}"
+    order = [steps.index(next(s for s in steps if s.get("id") == "pages")), steps.index(test),
+             steps.index(based_build), steps.index(upload)]
+    assert order == sorted(order), "configure-pages, the browser test, the based build, then the upload"
