@@ -61,7 +61,8 @@ bench: $(VENV)/.installed-test-$(STAMP)
 	$(BIN)/python -m swkv_teach.bench
 
 # The course as a website in build/site/ (index.html), from the stored notebooks: no kernel starts. Installs only
-# the site extra (Sphinx, myst-nb, the book theme), not torch. tests/e2e/test_site_browser.py builds it too.
+# the site extra (pinned: Sphinx, myst-nb, the book theme, copybutton, MathJax), not torch. tests/e2e/test_site_browser.py
+# builds it too.
 site: $(VENV)/.installed-site
 	$(BIN)/python site/build_site.py
 

@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 13 — Interview drill
 #
-# **Time:** about 50 minutes to read, plus 55–90 to answer the eighteen questions aloud before you open each fold (3–5 minutes each). **You need:**
+# **Time:** about 60 minutes to read, plus 55–95 to answer the nineteen questions aloud before you open each fold (3–5 minutes each). **You need:**
 # lessons 0–12; it comes last so that every question is about something taught (each answer says where its
 # topic is taught). Sources: [references](../docs/references.md); formulas: [cheat sheet](../docs/cheatsheet.md).
 #
@@ -24,9 +24,10 @@
 # * turn bytes into milliseconds on a GPU, say what keeps a fused kernel from running, and batch prompts
 #   of different lengths without breaking their positions.
 #
-# Eighteen questions of the kind asked in ML-systems and LLM-serving interviews: complexity, memory
+# Nineteen questions of the kind asked in ML-systems and LLM-serving interviews: complexity, memory
 # arithmetic, trade-offs between eviction policies and memory layouts, RoPE, chunked prefill, the window
-# convention's off-by-one, and what a GPU does with a cache: bandwidth, fused kernels, batches. Say your answer out loud (or write it down) before opening
+# convention's off-by-one, and what a GPU or a server does with a cache: bandwidth, fused kernels, batches,
+# prefix caching. Say your answer out loud (or write it down) before opening
 # the folded one. The answers are short on purpose: an interviewer wants the key idea and a number.
 #
 # Two small calculators come first, so you can change the numbers and redo the arithmetic in any
@@ -91,9 +92,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # ## Complexity
 
 # %% [markdown]
-# ### Q1. What does a KV cache save at each decode step, and what does it cost? Give the per-step compute with and without it for a model of width `d` at step `t`, and say which term dominates when.
+# ### Q1. What a KV cache saves, and what it costs
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **What does a KV cache save at each decode step, and what does it cost? Give the per-step compute with and without it for a model of width `d` at step `t`, and say which term dominates when.**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # Let a layer hold `P` weights (projections and MLP, `P ~ 12·d²` to `14·d²`). **Without a cache**
 # a step reruns the *whole model* over all `t` tokens: the later layers' keys depend on the earlier
@@ -113,9 +116,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q2. Per decode step, what does the naive cat-and-slice sliding-window cache cost, and what does a ring buffer cost? Does the ring make the decode step O(1)?
+# ### Q2. Cat-and-slice against a ring buffer
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **Per decode step, what does the naive cat-and-slice sliding-window cache cost, and what does a ring buffer cost? Does the ring make the decode step O(1)?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # Naive: `torch.cat` allocates `W + 1` tokens and copies them, for keys and for values, every
 # step: O(W) memory traffic and one allocation per token and layer (the slice after it is a free
@@ -127,9 +132,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q3. What is the cost of attention over a whole sequence of `T` tokens with and without a window `W`, for prefill and for generating `N` tokens?
+# ### Q3. Attention over a whole sequence, with and without a window
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **What is the cost of attention over a whole sequence of `T` tokens with and without a window `W`, for prefill and for generating `N` tokens?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # Full causal prefill: `O(T²·d)` (about `T²/2` query–key pairs). With a window: `O(T·W·d)`, since
 # each query sees at most `W` keys. Generating `N` tokens: `O(N·T·d)` with a full cache, growing
@@ -143,9 +150,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # ## Memory arithmetic
 
 # %% [markdown]
-# ### Q4. Mistral 7B has 32 layers, 8 KV heads, head_dim 128, and runs in fp16 with window 4096. How big is the KV cache per token, per sequence, and for a batch of 32 sequences?
+# ### Q4. Mistral 7B's cache in bytes
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **Mistral 7B has 32 layers, 8 KV heads, head_dim 128, and runs in fp16 with window 4096. How big is the KV cache per token, per sequence, and for a batch of 32 sequences?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # Per token: `2 × 32 × 8 × 128 × 2 B = 131 072 B = 128 KiB`. Per sequence, full window:
 # `4096 × 128 KiB = 512 MiB`. Batch of 32: `16 GiB`, more than the fp16 weights (about 14.5 GB in all).
@@ -155,9 +164,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q5. Grouped-query attention: how does the number of KV heads change the cache, and what is the saving for Mistral 7B (32 query heads, 8 KV heads) versus multi-head attention?
+# ### Q5. Grouped-query attention and the cache
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **Grouped-query attention: how does the number of KV heads change the cache, and what is the saving for Mistral 7B (32 query heads, 8 KV heads) versus multi-head attention?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # The cache stores keys and values per **KV head**, so its size is proportional to the number of
 # KV heads, not query heads. Under MHA each of the 32 query heads has its own K and V; under GQA
@@ -168,9 +179,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q6. Your serving GPU has 80 GB. Weights take 15 GB and activations and overhead another 10 GB. Roughly how many concurrent Mistral 7B sequences fit with window 4096, and what would you change to fit more?
+# ### Q6. How many sequences fit on 80 GB
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **Your serving GPU has 80 GB. Weights take 15 GB and activations and overhead another 10 GB. Roughly how many concurrent Mistral 7B sequences fit with window 4096, and what would you change to fit more?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # About 55 GB is left for the cache. At 512 MiB (0.5 GiB, ≈ 0.54 GB) per full-window sequence,
 # that is about 100 sequences. To fit more: quantize the cache (fp8 or int8 halves it: ~200),
@@ -189,9 +202,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # ## Policies and layouts
 
 # %% [markdown]
-# ### Q7. Compare three eviction policies: sliding window, sliding window with attention sinks, and LRU / heavy-hitter (H2O-like) eviction. When is each exact, and what does each cost?
+# ### Q7. Three eviction policies
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **Compare three eviction policies: sliding window, sliding window with attention sinks, and LRU / heavy-hitter (H2O-like) eviction. When is each exact, and what does each cost?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # * **Sliding window**: evict by *age*, the oldest first. Exact for a model trained with that
 #   window (it never looks further back anyway). O(1) bookkeeping.
@@ -213,9 +228,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q8. Compare three memory layouts for a sliding-window cache: contiguous with cat + slice, a ring buffer, and paged blocks as in vLLM's PagedAttention.
+# ### Q8. Three memory layouts
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **Compare three memory layouts for a sliding-window cache: contiguous with cat + slice, a ring buffer, and paged blocks as in vLLM's PagedAttention.**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # * **Contiguous cat + slice**: simplest, chronological order for free, but an O(W) copy and an
 #   allocation per step and layer, and a batch needs padding to a common length.
@@ -237,9 +254,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q9. A ring buffer returns keys in slot order, e.g. positions `[8, 9, 6, 7]`. Why is that fine for decoding one token, and when is it not?
+# ### Q9. Keys in slot order
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **A ring buffer returns keys in slot order, e.g. positions `[8, 9, 6, 7]`. Why is that fine for decoding one token, and when is it not?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # One query's attention is a weighted sum over keys; a sum does not depend on order, provided each
 # key carries its own position (RoPE applied before caching) and keys and values are permuted
@@ -256,9 +275,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # ## RoPE, prefill, conventions
 
 # %% [markdown]
-# ### Q10. Do you cache keys before or after applying rotary position embeddings (RoPE)? What are the consequences for a sliding window and for attention sinks?
+# ### Q10. RoPE before or after the cache
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **Do you cache keys before or after applying rotary position embeddings (RoPE)? What are the consequences for a sliding window and for attention sinks?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # Usually **after**: each key is rotated once by its absolute position (taken from the count of
 # tokens *seen*, not the number *stored*) and cached as is. Relative distances stay correct, the
@@ -273,9 +294,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q11. A 10 000-token prompt arrives for a model with `W = 4096`. How do you prefill it in chunks with a bounded cache, and what must the cache hand to each chunk?
+# ### Q11. Chunked prefill of a long prompt
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **A 10 000-token prompt arrives for a model with `W = 4096`. How do you prefill it in chunks with a bounded cache, and what must the cache hand to each chunk?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # Process chunks of `c` tokens (the Mistral 7B paper suggests `c = W`). The first query of a chunk
 # starting at position `n` may see keys `n - W + 1 … n`, so the cache must return the last
@@ -287,9 +310,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q12. With window `W`, which keys does query `i` attend to? How many? What does flash attention's `window_size` argument need to be, and does everyone count the same way?
+# ### Q12. Which keys a query sees: the off-by-one
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **With window `W`, which keys does query `i` attend to? How many? What does flash attention's `window_size` argument need to be, and does everyone count the same way?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # In this course, keys `j` with `i - W < j <= i`: exactly `W` keys, the query's own included (for
 # `W = 3`, query 5 sees 3, 4, 5). The same count in:
@@ -324,9 +349,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q13. After `L` layers of sliding-window attention with window `W`, how far back can information reach? Does dropping keys older than `W` lose anything?
+# ### Q13. How far back information reaches
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **After `L` layers of sliding-window attention with window `W`, how far back can information reach? Does dropping keys older than `W` lose anything?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # Each layer moves information at most `W - 1` positions, so after `L` layers a token can be
 # influenced by about `L × (W - 1)` earlier tokens: about 131k for Mistral 7B (32 × 4095 = 131 040). Dropping
@@ -337,9 +364,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q14. Your ring-buffer cache and the naive cache give attention outputs differing by `3e-8`. Bug or not? How do you test a cache properly?
+# ### Q14. A 3e-8 difference: bug or not?
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **Your ring-buffer cache and the naive cache give attention outputs differing by `3e-8`. Bug or not? How do you test a cache properly?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # Not a bug: the ring returns keys in slot order, and a floating-point sum in a different order
 # rounds differently. Test with tolerances against an **oracle** that never uses a cache
@@ -351,9 +380,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # </details>
 
 # %% [markdown]
-# ### Q15. A 62-layer model with 16 KV heads of 128 dims (bf16) serves 128k-token contexts. Compare the KV cache per sequence with every layer global, and with 5 local layers (window 1024) per global one. Which layers set the memory?
+# ### Q15. A hybrid local/global stack's memory
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **A 62-layer model with 16 KV heads of 128 dims (bf16) serves 128k-token contexts. Compare the KV cache per sequence with every layer global, and with 5 local layers (window 1024) per global one. Which layers set the memory?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # Per token and layer: `2 × 16 × 128 × 2 B = 8 KiB`. All global: `62 × 131 072 × 8 KiB = 62 GiB`.
 # With 5 : 1 (Gemma 3's ratio): 10 global layers hold `10 × 131 072 × 8 KiB = 10 GiB` and 52 local
@@ -369,9 +400,14 @@ print("all global:", human(kv_cache_bytes(62, 16, 128, 131072)))
 print("5 : 1 local/global, W = 1024:", human(kv_cache_bytes(10, 16, 128, 131072) + kv_cache_bytes(52, 16, 128, 1024)))
 
 # %% [markdown]
-# ### Q16. Mistral 7B in fp16 on an H100 SXM (3.35 TB/s). What is the floor on milliseconds per decode step at batch 1 and 4k tokens of context? At batch 32 and 32k tokens, with a full cache and with a 4096 window? When does the KV cache, not the weights, set the pace?
+# ## GPUs, kernels and serving
+
+# %% [markdown]
+# ### Q16. Bytes into milliseconds
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **Mistral 7B in fp16 on an H100 SXM (3.35 TB/s). What is the floor on milliseconds per decode step at batch 1 and 4k tokens of context? At batch 32 and 32k tokens, with a full cache and with a 4096 window? When does the KV cache, not the weights, set the pace?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # Decode is memory-bound: a step reads every weight once (shared by the batch) and every sequence's cache,
 # for about 2 FLOPs per weight, so `ms ≥ (weight bytes + batch × KV bytes) / bandwidth`. Weights:
@@ -385,16 +421,23 @@ print("5 : 1 local/global, W = 1024:", human(kv_cache_bytes(10, 16, 128, 131072)
 # </details>
 
 # %%
-weights, bandwidth = 7.24e9 * 2, 3.35e12                   # Mistral 7B fp16; H100 SXM data-sheet bandwidth
+# the weights a step reads, counted as lesson 0 counts them: 32 layers of P weights, the output head and one
+# row of the input embedding (not the whole table), fp16
+d7, d_kv7, mlp7, vocab7 = 4096, 8 * 128, 14336, 32_000
+P = d7 * d7 + 2 * d7 * d_kv7 + d7 * d7 + 3 * d7 * mlp7
+weights, bandwidth = (32 * P + vocab7 * d7 + d7) * 2, 3.35e12   # bytes; H100 SXM data-sheet bandwidth
+print(f"weights read per step: {weights / 1e9:.1f} GB")
 for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
     kv = kv_cache_bytes(32, 8, 128, tokens, batch=batch)
     print(f"batch {batch:>2}, {tokens:>5} cached tokens each: {(weights + kv) / bandwidth * 1e3:5.1f} ms per step "
           f"(cache {kv / 1e9:5.1f} GB)")
 
 # %% [markdown]
-# ### Q17. A profile of your decoder on an A100 shows SDPA running the math or memory-efficient kernel, never FlashAttention, although every step passes a correct window mask. Why, and what do you change? What would you hand FlashAttention's own `flash_attn_with_kvcache` instead of a mask?
+# ### Q17. Why FlashAttention never runs
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **A profile of your decoder on an A100 shows SDPA running the math or memory-efficient kernel, never FlashAttention, although every step passes a correct window mask. Why, and what do you change? What would you hand FlashAttention's own `flash_attn_with_kvcache` instead of a mask?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # PyTorch's FlashAttention backend refuses any explicit `attn_mask` (`check_for_attn_mask`: "Flash
 # Attention does not support non-null attn_mask"), so a masked call falls back. For one new token over a
@@ -407,17 +450,26 @@ for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
 # read: tokens *seen* per row (a key's logical index is its position). A ring of `W` slots, unrotated:
 # `min(seen, W)`, the keys it holds (tokens seen would run past its end; mistral-inference clamps with
 # `.clamp(max=cache_size)`), the new key written by the ring itself; the window, aligned to the bottom
-# right, still covers `W` keys. RoPE inside the kernel needs `rotary_interleaved=False` (the default pairs
-# dimensions 0 & 1; the course and Hugging Face pair `t` with `t + d/2`) and, for a ring, tables shifted
-# to the true positions, or RoPE applied outside. Lessons 6 (section 5) and 7 (section 3); a paged decode
-# kernel written out in [lesson 11](11_fused_decode_kernel.ipynb).
+# right, still covers `W` keys. RoPE inside the kernel (`rotary_cos`, `rotary_sin`) happens only while the
+# kernel writes new keys: it refuses the tables without a new `k` ("If rotary cos/sin are provided, new key /
+# value to be appended to KV cache must also be provided", `csrc/flash_attn/flash_api.cpp`) and rotates the
+# new `k` and `q` at indices `cache_seqlens, cache_seqlens + 1, …` (the docstring of `flash_attn_with_kvcache`
+# in `flash_attn/flash_attn_interface.py`). A full ring has `cache_seqlens = W`: a new `k` would be written
+# past its last slot and rotated at position `W`, not at its true position. So **for a ring, RoPE is applied
+# outside the kernel** and the ring writes its own slot. **For a paged cache**, in-kernel RoPE works: pass the
+# new `k`, `v` with `cache_seqlens` the row's length *before* the new tokens (its tokens seen), and they are
+# written and rotated at their true positions; with `rotary_interleaved=False`, since the default pairs
+# dimensions 0 & 1 and the course and Hugging Face pair `t` with `t + d/2`. Lessons 6 (section 5) and 7
+# (section 3); a paged decode kernel written out in [lesson 11](11_fused_decode_kernel.ipynb).
 #
 # </details>
 
 # %% [markdown]
-# ### Q18. You batch two prompts of 100 and 70 tokens with left padding. What must the mask and the positions be? A colleague prefills with `position_ids` from the attention mask, then decodes with one position counter for the whole batch, and the short prompt's continuation goes wrong. Why, and why would one shared counter used everywhere have worked with RoPE?
+# ### Q18. Batching prompts of different lengths
 #
-# <details><summary><b>Answer</b> (try first)</summary>
+# **You batch two prompts of 100 and 70 tokens with left padding. What must the mask and the positions be? A colleague prefills with `position_ids` from the attention mask, then decodes with one position counter for the whole batch, and the short prompt's continuation goes wrong. Why, and why would one shared counter used everywhere have worked with RoPE?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # No real query may attend a pad key, and each row counts positions from its own first token
 # (`attention_mask.cumsum(-1) - 1`; FlashAttention: `cache_seqlens` and `cache_leftpad` per row). The
@@ -426,6 +478,31 @@ for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
 # decode shifts a row's keys and queries alike, so the distances, and the scores, are unchanged (a model
 # with absolute position embeddings would still break). The pad mask is needed either way. Lesson 4,
 # section 8, runs all four variants on the trained decoder.
+#
+# </details>
+
+# %% [markdown]
+# ### Q19. Prefix-cache hits in a hybrid model
+#
+# **A hybrid model has full-attention layers and sliding-window layers (Gemma 3's 5 : 1 stack), served with prefix caching. A new request shares its first 3,000 tokens with a cached one. How does vLLM decide how many tokens are a cache hit, and why can the answer be shorter than what the full-attention layers hold?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
+#
+# Each kind of layer keeps its own blocks (vLLM's KV cache groups) and has its own rule for a hit. Full
+# attention needs *every* block of the prefix, so its hit is the longest run of cached blocks from the start
+# (and any shorter prefix hits too). A sliding-window layer needs only the blocks holding the `W - 1`
+# positions before the first token it computes; the older ones may long be freed. All groups must resume at
+# the *same* token, so the hit is a length every group accepts. vLLM's `HybridKVCacheCoordinator`
+# (`vllm/v1/core/kv_cache_coordinator.py`) puts the full-attention group first ("Put full attention first:
+# its efficient left-to-right scan provides a tighter initial bound"), and `find_longest_cache_hit` finds the
+# full-attention hit, then asks the sliding-window manager for the longest hit *within* that length: it
+# searches from right to left for enough contiguous cached blocks to cover the window
+# (`SlidingWindowManager.find_longest_cache_hit`, `vllm/v1/core/single_type_kv_cache_manager.py`). With two
+# kinds of layer one pass suffices; with more, it repeats until no group shortens the length, then trims the
+# full-attention blocks to it. So if the window's blocks near token 3,000 were evicted, the hit ends at the
+# last block boundary where the window's blocks are all still cached, although full attention holds all
+# 3,000 tokens. Lesson 12, section 3 (the sliding-window hit rule); lesson 7 (hybrid stacks and vLLM's KV
+# cache groups).
 #
 # </details>
 
@@ -441,9 +518,10 @@ for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
 # * Q12: the convention's docstring in `swkv_teach/masks.py` and lesson 0's off-by-one section.
 # * Q16: [lesson 0](00_why_cache.ipynb), section 2; Q17: [lesson 6](06_measuring.ipynb), section 5, [lesson 7](07_serving_memory.ipynb),
 #   section 3, and the kernel of [lesson 11](11_fused_decode_kernel.ipynb); Q18:
-#   [lesson 4](04_decoding_with_the_cache.ipynb), section 8.
+#   [lesson 4](04_decoding_with_the_cache.ipynb), section 8; Q19: [lesson 12](12_prefix_caching.ipynb), section 3, and
+#   [lesson 7](07_serving_memory.ipynb) (KV cache groups).
 # * Building the naive cache yourself: [lesson 1](01_six_steps.ipynb) and
-#   [exercises/02_sliding_window_cache.ipynb](../exercises/02_sliding_window_cache.ipynb).
+#   [exercise 02](../exercises/02_sliding_window_cache.ipynb).
 # * All sources: [references](../docs/references.md); formulas: [cheat sheet](../docs/cheatsheet.md).
 #
 # ## Going further

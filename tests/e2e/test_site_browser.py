@@ -11,9 +11,19 @@ Builds the site once per session (site/build_site.py: about 15 s, no kernel star
   in no built file (except lines the course publishes anyway: in a lesson, or in the exercise's statement);
 - each lesson shows its stored figures and printed outputs; widgets show a note saying they need a kernel;
 - each notebook page links Colab (the notebook's own badge target) and its stored .ipynb;
-- at phone width (390 px) no lesson scrolls sideways; wide code and tables scroll inside their box.
+- at phone width (390 px) no lesson scrolls sideways; wide code and tables scroll inside their box;
+- the home page is a landing page for learners (start here, the path with each lesson's time and exercises from
+  the lessons' headers, the teachers' route), and the README a reference page; a 404 page links home; no genindex;
+- formulas are typeset by the MathJax shipped with the site, with every outside request blocked;
+- every code cell has a copy button that copies it, and no code is cut without a scrollbar at 1280 and 390 px;
+- search ranks the page that teaches a word first (a fixed set of queries and their expected pages), with snippets
+  of prose, not the theme's text;
+- the drill: short question titles in the page's contents, answers in closed boxes, heading sizes in order;
+- each exercise page links the lesson section that reaches it, and the lesson links back; no link is labelled with
+  a file path; figures carry alt text and captions.
 
-The browser tests are marked e2e. Screenshots (home; lesson 3 at phone width) go to test-artifacts/site/.
+The browser tests are marked e2e. Screenshots (home, math, lesson 3, the drill and a search, at 1280 and 390 px
+where it matters) go to test-artifacts/site/.
 Skips without chromium or the site extra (pip install -e '.[site]') unless SWKV_REQUIRE_E2E=1.
 """
 
@@ -44,6 +54,7 @@ EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
 NOTEBOOKS = LESSONS + EXERCISES
 PHONE = {"width": 390, "height": 844}
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+SITE_DIR = ROOT / "site"
 
 
 def rel(path: Path) -> str:
@@ -63,7 +74,8 @@ def lesson(number: str) -> Path:
 @pytest.fixture(scope="session")
 def site() -> Path:
     """build/site/, built once for the session from the stored notebooks."""
-    missing = [m for m in ("sphinx", "myst_nb", "sphinx_book_theme") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("sphinx", "myst_nb", "sphinx_book_theme", "sphinx_copybutton", "sphinx-mathjax-offline")
+               if importlib.util.find_spec(m) is None]
     if missing:
         skip_or_fail(f"the site extra is not installed ({', '.join(missing)} missing: pip install -e '.[site]')")
     done = subprocess.run([sys.executable, "site/build_site.py"], cwd=ROOT, capture_output=True, text=True)
@@ -149,18 +161,25 @@ def test_course_links_stay_on_the_site(site):
 
 
 def test_each_notebook_page_links_colab_and_its_ipynb(site):
-    """The Colab target is the notebook's own badge's (and tools/nbtools.py's); the download is the stored file."""
+    """The Colab target is the notebook's own badge's (and tools/nbtools.py's); the download is the stored file. In a
+    fork's Pages workflow (SWKV_SITE_REPOSITORY set, pyproject left upstream) the target is the fork's, same path."""
     sys.path.insert(0, str(ROOT / "tools"))
+    sys.path.insert(0, str(SITE_DIR))
     try:
-        from nbtools import colab_url
+        from build_site import colab_url as site_colab_url
+        from repo import colab_url  # what tools/nbtools.py writes into every badge (dependency-free)
     finally:
         sys.path.remove(str(ROOT / "tools"))
+        sys.path.remove(str(SITE_DIR))
     for nb in NOTEBOOKS:
         page = site / page_of(nb)
         badge = "".join(json.loads(nb.read_text())["cells"][0]["source"])
         own = re.search(r"\]\((https://colab\.research\.google\.com/github/[^)]+)\)", badge)
         assert own, f"{rel(nb)}'s first cell has no Colab badge"
         links = {cls: ref for tag, key, ref, cls in parse(page).refs if tag == "a" and cls.startswith("swkv-")}
+        assert own.group(1).endswith("/blob/main/" + rel(nb)) and links.get("swkv-colab") == site_colab_url(rel(nb))
+        if site_colab_url(rel(nb)) != colab_url(rel(nb)):
+            continue  # a fork's site: its own Colab target, checked above
         assert links.get("swkv-colab") == own.group(1) == colab_url(rel(nb)), (f"{page_of(nb)}: Colab link "
             f"{links.get('swkv-colab')!r}, badge {own.group(1)!r}, nbtools {colab_url(rel(nb))!r}")
         download = page.parent / links.get("swkv-download", "?")
@@ -450,3 +469,306 @@ def test_phone_width_nothing_scrolls_the_page_sideways(site, server, chromium):
         w.close()
     assert not bad, "\n".join(bad[:40])
     assert scrolling > 0, "no code block is wider than a phone: the check above saw nothing to scroll"
+
+
+# ---------------------------------------------------------------- the second edition: a course, not a repository
+
+WIDE = {"width": 1280, "height": 900}
+
+
+def _course():
+    sys.path.insert(0, str(SITE_DIR))
+    try:
+        import course
+    finally:
+        sys.path.remove(str(SITE_DIR))
+    return course
+
+
+def test_the_home_page_is_the_landing_page_not_the_readme(site):
+    """A learner's home page: what the course is, where to start, the path with every lesson and its time (read
+    from the lesson's own header), the teachers' route; the README is a reference page of its own."""
+    page = (site / "index.html").read_text()
+    text = _readable_text(site / "index.html")
+    for section in ("What you will be able to do", "Start here", "The path", "For teachers"):
+        assert re.search(rf"<h2>{section}<a", page), f"the home page has no section {section!r}"
+    assert "make lab" in text and "make test" in text and "Colab" in text
+    assert page.count('class="swkv-card"') == 3, "Start here: in the browser, on Colab, on your machine"
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", page.split('id="the-path"')[1], re.S)
+    course = _course()
+    lessons = course.lessons()
+    assert len(lessons) == len(LESSONS)
+    for lesson in lessons:
+        row = next((r for r in rows if f'href="{page_of(ROOT / lesson.path)}"' in r), None)
+        assert row, f"the path has no row linking {lesson.path}"
+        header = re.search(r"\*\*Time:\*\* about (\d+) min", "".join(
+            "".join(c["source"]) for c in json.loads((ROOT / lesson.path).read_text())["cells"][:4]))
+        assert f">{header.group(1)}\u00a0min<" in row, f"{lesson.path}: header says {header.group(1)} min; row {row[:300]}"
+        for ex, lo, hi in lesson.exercises:
+            assert f'href="{page_of(ROOT / ex)}"' in row and f"{lo}–{hi}\u00a0min" in row, f"{lesson.path}: {ex} missing"
+    assert "readme.html#for-teachers" in page, "the teachers' paragraph links the README's section for teachers"
+    assert (site / "readme.html").is_file() and "Set up: two commands" in _readable_text(site / "readme.html")
+    assert "Mutation testing" not in text, "the home page still carries the README's maintainer notes"
+
+
+def test_no_empty_genindex_and_a_404_page_that_links_home(site):
+    assert not (site / "genindex.html").exists(), "an empty genindex.html is published"
+    assert all("genindex" not in ref for p in built_pages(site) for _, _, ref, _ in parse(site / p).refs)
+    page = site / "404.html"
+    assert page.is_file(), "no 404 page"
+    hrefs = [ref for tag, _, ref, _ in parse(page).refs if tag == "a"]
+    assert any(urlsplit(h).path.endswith("index.html") for h in hrefs), "the 404 page does not link home"
+
+
+def test_exercises_and_lessons_link_each_other_by_title(site):
+    """Each exercise page links the lesson (and section) where the course reaches it; that lesson links back. Link
+    labels are page titles, never a repository path."""
+    course = _course()
+    lessons = course.lessons()
+    homes = course.exercise_homes(lessons)
+    assert set(homes) == {rel(e) for e in EXERCISES}, f"exercises no lesson reaches: {set(map(rel, EXERCISES)) - set(homes)}"
+    for ex in EXERCISES:
+        lesson, section, anchor = homes[rel(ex)]
+        html_ = (site / page_of(ex)).read_text()
+        tie = re.search(r'<div class="swkv-ties[^"]*">.*?</div>', html_, re.S)
+        assert tie, f"{page_of(ex)}: no 'Where the course reaches it' box"
+        target = "../" + page_of(ROOT / lesson.path)
+        assert f'href="{target}"' in tie.group(0), f"{page_of(ex)} does not link {lesson.path}"
+        if anchor:  # the fragment's id is checked by test_every_internal_link_resolves
+            assert re.search(rf'href="{re.escape(target)}#[\w-]+"><span[^>]*>{re.escape(html.escape(section, quote=False))[:20]}',
+                             tie.group(0).replace("’", "'")), f"{page_of(ex)}: no link to the section {section!r}"
+        back = (site / page_of(ROOT / lesson.path)).read_text()
+        if any(e == rel(ex) for e, _, _ in lesson.exercises):
+            assert f'href="../{page_of(ex)}"' in back, f"{lesson.path} does not link back to {rel(ex)}"
+    labelled_as_paths = []
+    for page in built_pages(site):
+        for m in re.finditer(r"<a [^>]*href=\"[^\"]+\"[^>]*>(.*?)</a>", (site / page).read_text(), re.S):
+            label = html.unescape(re.sub(r"<[^>]+>", "", m.group(1))).strip()
+            if re.fullmatch(r"(notebooks|exercises|docs)/[\w.-]+\.(ipynb|md)|README\.md", label):
+                labelled_as_paths.append(f"{page}: {label}")
+    assert not labelled_as_paths, "links labelled with a file path:\n" + "\n".join(labelled_as_paths[:20])
+
+
+def test_figures_have_alt_text_and_captions(site):
+    shown = bad = 0
+    for nb in LESSONS:
+        for m in re.finditer(r'<img[^>]+src="\.\./_images/[^"]+"[^>]*>', (site / page_of(nb)).read_text()):
+            shown += 1
+            alt = re.search(r'alt="([^"]*)"', m.group(0))
+            if not alt or "_images" in alt.group(1) or re.search(r"\.(png|svg|jpg)$", alt.group(1)) \
+                    or len(alt.group(1)) < 15:
+                bad += 1
+    assert shown > 20 and not bad, f"{bad} of {shown} figures have a file path or nothing as alt text"
+    captions = [re.sub(r"<[^>]+>", "", c).strip() for nb in LESSONS
+                for c in re.findall(r"<figcaption>(.*?)</figcaption>", (site / page_of(nb)).read_text(), re.S)]
+    assert len(captions) >= shown // 3 and all(len(c) > 15 for c in captions), (
+        f"{len(captions)} captions for {shown} figures (the sentence the lesson writes under a figure): {captions[:3]}")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["1280", "390"])
+def test_landing_page_shape(site, server, chromium, viewport):
+    w = Watch(chromium, server, viewport=viewport)
+    try:
+        page = w.goto("index.html")
+        page.screenshot(path=str(ARTIFACTS / f"home_{viewport['width']}.png"))
+        shape = page.evaluate("""() => ({
+            h1: document.querySelector('.bd-article h1').textContent,
+            height: document.documentElement.scrollHeight,
+            firstLesson: document.querySelector('.bd-article a[href^="notebooks/00_"]').getBoundingClientRect().top,
+            cards: [...document.querySelectorAll('.swkv-card')].map(c => c.getBoundingClientRect().width)})""")
+        problems = list(w.problems)
+    finally:
+        w.close()
+    assert not problems, problems
+    assert "swkv-teach" not in shape["h1"].lower(), f"the title is the package name: {shape['h1']!r}"
+    limit = 9000 if viewport is WIDE else 16000
+    assert shape["height"] < limit, f"the home page is {shape['height']} px tall (the README was 18,000)"
+    assert shape["firstLesson"] < (1400 if viewport is WIDE else 3000), f"first lesson link at y={shape['firstLesson']}"
+    assert len(shape["cards"]) == 3 and min(shape["cards"]) > 150
+
+
+MATH = """() => {
+    const article = document.querySelector('.bd-article');
+    const rendered = article.querySelectorAll('mjx-container').length;
+    const text = article.innerText;
+    return {rendered, raw: (text.match(/\\\\frac|\\\\le\\b|\\$[^$\\s][^$]*\\$/g) || []).slice(0, 5),
+            mathSpans: article.querySelectorAll('.math').length};
+}"""
+
+
+def _pages_with_math() -> list[str]:
+    found = ["index.html"]  # the home page states the window rule and the floor on a step's time in TeX
+    for nb in LESSONS:
+        text = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "markdown")
+        if re.search(r"\$\$|(?<![\\$])\$[^$\s][^$\n]*\$", text):
+            found.append(page_of(nb))
+    return found
+
+
+@pytest.mark.e2e
+def test_math_is_typeset_offline(site, server, chromium):
+    """MathJax ships with the site: with every request leaving the machine blocked, formulas are typeset (MathJax's
+    elements present) and no raw TeX ($...$, \\frac) is left in the text."""
+    w = Watch(chromium, server)
+    bad = []
+    try:
+        for path in _pages_with_math():
+            page = w.goto(path)
+            page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=20_000)
+            page.evaluate("() => MathJax.startup.promise")
+            got = page.evaluate(MATH)
+            if got["rendered"] == 0 or got["raw"]:
+                bad.append(f"{path}: {got}")
+            bad += [f"{path}: {p}" for p in w.problems]
+            if path == "index.html":
+                page.locator("mjx-container").first.scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / "math_1280.png"))
+    finally:
+        w.close()
+    assert not bad, "\n".join(bad)
+    assert (site / "_static" / "mathjax" / "tex-chtml.js").is_file()
+
+
+CODE = """() => {
+    const cells = [...document.querySelectorAll('.bd-article div.highlight pre, .bd-article .cell_output pre')];
+    const clipped = cells.filter(pre => {
+        const style = getComputedStyle(pre);
+        const wider = pre.scrollWidth > pre.clientWidth + 1;
+        const scrolls = ['auto', 'scroll'].includes(style.overflowX);
+        const wraps = ['pre-wrap', 'pre-line', 'break-spaces'].includes(style.whiteSpace);
+        return wider && !scrolls && !wraps;
+    }).map(pre => pre.textContent.slice(0, 60));
+    const hidden = cells.filter(pre => {
+        for (let a = pre.parentElement; a; a = a.parentElement) {
+            const s = getComputedStyle(a);
+            if (s.overflowX === 'hidden' || s.overflowX === 'clip')
+                if (pre.getBoundingClientRect().right > a.getBoundingClientRect().right + 1) return true;
+            if (a.classList.contains('bd-article')) break;
+        }
+        return false;
+    }).map(pre => pre.textContent.slice(0, 60));
+    const inputs = document.querySelectorAll('.bd-article div.cell_input div.highlight');
+    const buttons = [...inputs].filter(h => h.querySelector('button.copybtn')).length;
+    const scrolling = cells.filter(pre => pre.scrollWidth > pre.clientWidth + 1).length;
+    return {clipped, hidden, inputs: inputs.length, buttons, scrolling};
+}"""
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["1280", "390"])
+def test_code_cells_scroll_and_copy(site, server, chromium, viewport):
+    """Every code cell has a copy button; a line wider than the column scrolls inside its box (no code is cut at the
+    edge, at 1280 px as at 390 px); long outputs scroll too."""
+    w = Watch(chromium, server, viewport=viewport)
+    bad, scrolling = [], 0
+    try:
+        for nb in NOTEBOOKS:
+            page = w.goto(page_of(nb))
+            got = page.evaluate(CODE)
+            scrolling += got["scrolling"]
+            if got["buttons"] != got["inputs"]:
+                bad.append(f"{page_of(nb)}: {got['inputs'] - got['buttons']} of {got['inputs']} code cells lack a copy button")
+            bad += [f"{page_of(nb)}: clipped without a scrollbar: {c!r}" for c in got["clipped"] + got["hidden"]]
+            if nb == lesson("03") and viewport is WIDE:
+                page.screenshot(path=str(ARTIFACTS / "lesson03_1280.png"))
+    finally:
+        w.close()
+    assert not bad, "\n".join(bad[:30])
+    assert scrolling > 0, "no code is wider than its column: the check saw nothing to scroll"
+
+
+@pytest.mark.e2e
+def test_the_copy_button_copies_the_code(site, server, chromium):
+    w = Watch(chromium, server)
+    try:
+        w.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server)
+        page = w.goto(page_of(lesson("03")))
+        first = page.locator(".bd-article div.cell_input div.highlight").first
+        first.hover()
+        first.locator("button.copybtn").click()
+        copied = page.evaluate("() => navigator.clipboard.readText()")
+        shown = first.locator("pre").inner_text()
+    finally:
+        w.close()
+    assert copied.strip() and copied.strip() == shown.strip()
+
+
+# (query, the page that must come first, pages that must be in the top 3)
+RANKS = [
+    ("ring buffer", "notebooks/03_", []), ("prefix caching", "notebooks/12_", ["exercises/13_"]),
+    ("attention sinks", "notebooks/05_", []), ("paged attention", "notebooks/07_", []),
+    ("LRU", "notebooks/05_", []), ("Triton", "notebooks/11_", []), ("torchrun", "notebooks/10_", []),
+    # a second set, the team's own
+    ("rolling buffer", "notebooks/03_", []), ("chunk contract", "notebooks/03_", ["exercises/04_"]),
+    ("H2O", "notebooks/08_", ["exercises/10_"]), ("block table", "notebooks/07_", ["exercises/08_"]),
+    ("int8", "notebooks/07_", ["exercises/09_"]), ("transformers cache layer", "notebooks/09_", ["exercises/11_"]),
+    ("left padding", "notebooks/04_", []), ("split-KV", "notebooks/11_", []), ("off-by-one", "notebooks/00_", []),
+    ("free block queue", "notebooks/12_", []), ("heavy hitter", "notebooks/08_", []), ("promotion", "notebooks/05_", []),
+    ("interview", "notebooks/13_", []), ("state_dict", "notebooks/10_", []), ("hash chain", "notebooks/12_", []),
+    ("rotary", "notebooks/03_", []), ("TOVA", "notebooks/08_", []), ("flash_attn_with_kvcache", "notebooks/06_", []),
+    ("continuous batching", "notebooks/07_", []), ("Redis", "notebooks/12_", []), ("persistence", "notebooks/10_", []),
+    ("sliding window mask", "notebooks/00_", []), ("EvictionExplorer", "", ["notebooks/02_"]),
+    ("online softmax", "notebooks/11_", []),
+]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("query, first, top3", RANKS, ids=[q for q, _, _ in RANKS])
+def test_search_ranks_the_teaching_page_first(site, server, chromium, query, first, top3):
+    w = Watch(chromium, server)
+    try:
+        found = search(w, query)
+        snippets = w.page.eval_on_selector_all("#search-results ul.search > li p.context",
+                                               "ps => ps.map(p => p.textContent)")
+        problems = list(w.problems)
+        if query == "ring buffer":
+            w.page.screenshot(path=str(ARTIFACTS / "search_1280.png"))
+    finally:
+        w.close()
+    assert not problems, problems
+    pages = list(dict.fromkeys(found))  # a page's sections come with it
+    assert pages and pages[0].startswith(first), f"search {query!r}: first {pages[:5]}, expected {first}*"
+    for want in top3:
+        assert any(p.startswith(want) for p in pages[:3]), f"search {query!r}: {want}* not in the top 3 {pages[:3]}"
+    theme = [s for s in snippets if re.search(r"Light Dark|Contents|Skip to main|Ctrl\+K|Back to top", s)]
+    assert snippets and not theme, f"search {query!r}: snippets show the theme's text: {theme[:2]}"
+
+
+DRILL_LAYOUT = """() => {
+    const size = sel => [...document.querySelectorAll(sel)].map(e => parseFloat(getComputedStyle(e).fontSize));
+    const h3 = [...document.querySelectorAll('.bd-article h3')];
+    const toc = [...document.querySelectorAll('.bd-toc a, #pst-page-toc-nav a, nav.page-toc a')].map(a => a.textContent.trim());
+    const details = [...document.querySelectorAll('.bd-article details.swkv-answer')];
+    const boxed = details.filter(d => { const s = getComputedStyle(d);
+        return parseFloat(s.borderTopWidth) > 0 && parseFloat(s.borderLeftWidth) > 0; }).length;
+    return {h1: size('.bd-article h1'), h2: size('.bd-article h2'), h3: size('.bd-article h3'),
+            h3lines: h3.map(h => Math.round(h.getBoundingClientRect().height / parseFloat(getComputedStyle(h).lineHeight))),
+            toc, details: details.length, boxed, open: details.filter(d => d.open).length};
+}"""
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["1280", "390"])
+def test_the_drill_reads_as_a_drill(site, server, chromium, viewport):
+    """Short question titles (one or two lines), the contents listing them, answers folded in boxes, and heading
+    sizes in order (h1 > h2 > h3) at every width."""
+    w = Watch(chromium, server, viewport=viewport)
+    try:
+        page = w.goto(page_of(lesson("13")))
+        got = page.evaluate(DRILL_LAYOUT)
+        page.screenshot(path=str(ARTIFACTS / f"drill_{viewport['width']}.png"))
+        page.locator("details.swkv-answer summary").first.click()
+        page.locator("details.swkv-answer").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"drill_open_{viewport['width']}.png"))
+        problems = list(w.problems)
+    finally:
+        w.close()
+    assert not problems, problems
+    assert min(got["h1"]) > max(got["h2"]) > max(got["h3"]), f"heading sizes out of order: {got}"
+    assert max(got["h3lines"]) <= (2 if viewport is WIDE else 3), f"a question's title runs {max(got['h3lines'])} lines"
+    questions = [t for t in got["toc"] if re.match(r"Q\d+\.", t)]
+    if viewport is WIDE:
+        assert len(questions) >= 19, f"the page's contents list {len(questions)} questions: {got['toc'][:8]}"
+        assert max(len(q) for q in questions) <= 70, "the contents show the full questions, not their titles"
+    assert got["details"] >= 19 and got["boxed"] == got["details"] and got["open"] == 0
