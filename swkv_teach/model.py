@@ -608,10 +608,10 @@ class Decoder(nn.Module):
             if cache != "ring" or compile is not False:
                 raise ValueError(f"speculative decoding runs on cache='ring' (it rolls back), not compiled; "
                                  f"got cache={cache!r}, compile={compile!r}")
-            from swkv_teach.speculative import speculative_generate  # it builds on this module's Decoder
-
-            out, _ = speculative_generate(self, prompt_ids, max_new_tokens, speculative, temperature, top_k, generator)
-            return out
+            if not callable(getattr(speculative, "generate", None)):  # a swkv_teach.speculative.Drafter
+                raise ValueError(f"speculative must be a drafter (PromptLookup(k), early_exit(model, layers, k), "
+                                 f"DraftModel(model, k), or a Drafter of your own); got {type(speculative).__name__}")
+            return speculative.generate(self, prompt_ids, max_new_tokens, temperature, top_k, generator)
 
         if compile is not False:
             if compile is not True and not isinstance(compile, str):

@@ -38,7 +38,7 @@ from swkv_teach._validate import check_positive_int
 from swkv_teach.caches import RingBufferKVCache
 from swkv_teach.model import Decoder, LayerCaches
 
-__all__ = ["DraftModel", "PromptLookup", "SpeculativeStats", "accept_greedy", "accept_sampled", "early_exit",
+__all__ = ["DraftModel", "Drafter", "PromptLookup", "SpeculativeStats", "accept_greedy", "accept_sampled", "early_exit",
            "probabilities", "speculative_generate", "verify"]
 
 
@@ -100,7 +100,33 @@ def accept_sampled(p: torch.Tensor, drafts: list[int], q: torch.Tensor | None, g
 
 
 # --------------------------------------------------------------------------- drafters
-class PromptLookup:
+class Drafter:
+    """What ``Decoder.generate(..., speculative=drafter)`` accepts: ``k`` and three verbs, ``begin`` (a new
+    sequence), ``propose`` (up to ``m`` drafts and their distribution, or None for one-hot) and ``accepted``
+    (how many the target kept). Subclass it for a drafter of your own.
+
+    The decoder reaches this module through :meth:`generate`, not by importing it: this module builds on
+    :mod:`swkv_teach.model`, so every import points down a floor.
+    """
+
+    k: int
+
+    def begin(self, target: Decoder, prompt: list[int]) -> None:
+        raise NotImplementedError
+
+    def propose(self, tokens: list[int], m: int, temperature: float = 0.0, top_k=None, generator=None):
+        raise NotImplementedError
+
+    def accepted(self, a: int) -> None:
+        raise NotImplementedError
+
+    def generate(self, model: Decoder, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
+                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``model``'s continuation of ``prompt_ids`` ``(1, Tp)`` drafted by this drafter: :func:`speculative_generate`."""
+        return speculative_generate(model, prompt_ids, max_new_tokens, self, temperature, top_k, generator)[0]
+
+
+class PromptLookup(Drafter):
     """Draft by copying: find the context's last ``n`` tokens earlier in the context, propose what followed.
 
     The longest ``n`` in ``[min_ngram, max_ngram]`` that has an earlier match wins, and among its
@@ -139,7 +165,7 @@ class PromptLookup:
         return f"PromptLookup(k={self.k}, max_ngram={self.max_ngram}, min_ngram={self.min_ngram})"
 
 
-class DraftModel:
+class DraftModel(Drafter):
     """Draft with a smaller :class:`~swkv_teach.model.Decoder` of the same vocabulary, on a ring of its own.
 
     Each proposal feeds the draft model what it has not seen of the context (one chunk: the last
