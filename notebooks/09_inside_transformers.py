@@ -345,8 +345,9 @@ else:
 #   whether it slides (`is_sliding`, per layer).
 # * transformers' sliding layers copy the window every step (cat + slice, or roll); the ring writes one slot.
 # * Slot order is safe only when every returned key is visible to every query: one token. Chunks get position order.
-# * `hf_cache`'s layers refuse, with an error, what is out of their scope: padded batches, beam search, cropping,
-#   offloading. They are not compileable (`is_compileable = False`, so transformers' `generate` runs them eagerly);
+# * `hf_cache`'s layers refuse, with an error, what is out of their scope: padded batches, beam search, offloading,
+#   and cropping, except a ring built with a lookahead (`hf_cache(model, lookahead=k)`, for assisted generation:
+#   `crop(-r)` is its O(1) rollback). They are not compileable (`is_compileable = False`, so transformers' `generate` runs them eagerly);
 #   `hf_compileable_cache` gives Mistral-style models a ring transformers can compile (`CompileableRingLayer`), and
 #   section 8 compiles the course's own ring.
 #
