@@ -65,6 +65,9 @@ GPU = torch.cuda.is_available() and not interpreted()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+from swkv_teach.kernels import require_triton
+
+require_triton()  # Colab's CPU runtime has no Triton: there this installs it
 import triton
 import triton.language as tl
 
