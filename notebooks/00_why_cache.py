@@ -12,7 +12,7 @@
 # # Lesson 0 — Why a KV cache, and why a *sliding-window* one
 #
 # **Time:** about 85 minutes for the lesson (the bandwidth section included), plus 10–20 for [exercise 01](../exercises/01_sliding_window_mask.ipynb), done where the lesson reaches it. **You need:**
-# Python, PyTorch tensors and matrix products, and what attention computes, `softmax(q Kᵀ / √d) V` (Karpathy's
+# Python, PyTorch tensors and matrix products, and what attention computes, $\mathrm{softmax}(q K^\top / \sqrt{d}) V$ (Karpathy's
 # "Let's build GPT" or d2l.ai's attention chapter is enough).
 #
 # **By the end you will be able to**
@@ -143,9 +143,9 @@ for name, cached in [("no cache", False), ("KV cache", True)]:
 # * **no cache**: $2P \cdot (t+1)$ dense plus $\approx 2 \cdot (t+1)^2 \cdot d$ attention (causal). Quadratic in `t` per step; summed
 #   over `N` generated tokens, $O(N^2 \cdot P + N^3 \cdot d)$.
 # * **KV cache**: `2P` dense plus $4 \cdot (t+1) \cdot d$ attention. Linear in `t` per step: the attention term *grows*.
-# * **KV cache with a window `W`**: `2P` plus `4·min(t+1, W)·d`. Flat once $t \ge W$.
+# * **KV cache with a window `W`**: `2P` plus $4 \cdot \min(t+1, W) \cdot d$. Flat once $t \ge W$.
 #
-# For Mistral 7B ($d = 4096$, MLP width 14336) one layer holds `P ≈ 218 M` parameters. Its attention uses
+# For Mistral 7B ($d = 4096$, MLP width 14336) one layer holds $P \approx 218\,\text{M}$ parameters. Its attention uses
 # **grouped-query attention** (GQA): the 32 query heads of 128 dimensions come in 8 groups of 4, and each
 # group shares one key head and one value head. So `W_q` and `W_o` are $d \times d$, but `W_k` and `W_v` are only
 # $d \times (8 \cdot 128)$, and (section 2) a token leaves 8 heads' keys and values behind, not 32:
@@ -221,9 +221,9 @@ print(f"bytes per token per layer: {per_layer_token:,}; times {layers} layers ="
       f" {per_layer_token * layers:,}")
 
 # %% [markdown]
-# An ordinary (unbounded) cache holds every token it has seen, so its size is `tokens × 128 KiB`: 1 GiB at
+# An ordinary (unbounded) cache holds every token it has seen, so its size is $\text{tokens} \times 128\,\text{KiB}$: 1 GiB at
 # 8k tokens, 4 GiB at 32k, **per sequence**. Serve 32 sequences at once and multiply by 32. A sliding-window
-# cache with Mistral's window $W = 4096$ stops growing at `4096 × 128 KiB = 512 MiB`.
+# cache with Mistral's window $W = 4096$ stops growing at $4096 \times 128\,\text{KiB} = 512\,\text{MiB}$.
 
 # %%
 tokens = torch.arange(0, 32_769, 256)
@@ -255,7 +255,7 @@ for n in (4096, 8192, 32768):
 # step does 2 FLOPs per weight it reads, far below what a GPU can compute per byte, so decode is
 # **memory-bound**: the step cannot be faster than
 #
-# > `(weight bytes + b × KV bytes per sequence) / memory bandwidth`.
+# > $(\text{weight bytes} + b \times \text{KV bytes per sequence}) / \text{memory bandwidth}$.
 #
 # That is a floor, not a prediction: real kernels reach only part of the peak bandwidth (measure yours),
 # and at large batches the arithmetic catches up with the reading. Mistral 7B in fp16 reads 14.2 GB of weights per step: every layer's, the output head's, and one row of the
@@ -304,7 +304,7 @@ for batch in (1, 32):
 # setting):
 #
 # * At batch 1 and short contexts the weights are everything: about 3 ms a token on an H200, 45 on a T4.
-# * The KV cache takes over when `b × tokens × 128 KiB` passes the weights' 14.2 GB, at `b × tokens ≈ 108k`:
+# * The KV cache takes over when $b \times \text{tokens} \times 128\,\text{KiB}$ passes the weights' 14.2 GB, at $b \times \text{tokens} \approx 108\text{k}$:
 #   one sequence at 128k tokens, or 32 sequences at 3.5k each.
 # * Past that point the window saves **time**, not only memory: at batch 32 and 32k tokens a full cache
 #   makes every step read 137 GB more than the weights, the window reads 17 GB; the floor falls about 5x
@@ -342,7 +342,7 @@ plt.close(fig)
 #   at 128k context.
 #
 # A local layer's cache stops at `W` tokens; a global layer's grows with the context. So the memory of a
-# stack is `(L_global · T + L_local · min(T, W)) · 2 · H_kv · D · bytes`. Gemma 3 27B has 62 layers,
+# stack is $(L_{\text{global}} \cdot T + L_{\text{local}} \cdot \min(T, W)) \cdot 2 \cdot H_{kv} \cdot D \cdot \text{bytes}$. Gemma 3 27B has 62 layers,
 # 16 KV heads of 128, bf16; at $T = 128\text{k}$:
 
 # %%
@@ -456,7 +456,7 @@ plt.close(fig)
 # mask = torch.triu(mask, diagonal=-self.args.sliding_window)
 # ```
 #
-# `triu(·, diagonal=-W)` keeps keys with $j \ge i - W$: one more than ours. Build it and compare:
+# `triu(x, diagonal=-W)` keeps keys with $j \ge i - W$: one more than ours. Build it and compare:
 
 # %%
 # one_file_ref.py's band
@@ -522,10 +522,10 @@ print("equals j + W - 1 for every j:",
 #
 # * Without a cache every step reruns the model over the prefix: $O(t \cdot P + t^2 \cdot d)$ per layer. With a cache:
 #   $O(P + t \cdot d)$, still growing. With a window: $O(P + W \cdot d)$, flat.
-# * KV bytes per token: `2 · L · H_kv · D · bytes` (128 KiB for Mistral 7B). A hybrid stack's memory is set
+# * KV bytes per token: $2 \cdot L \cdot H_{kv} \cdot D \cdot \text{bytes}$ (128 KiB for Mistral 7B). A hybrid stack's memory is set
 #   by its global layers.
-# * Decode is memory-bound: a step takes at least `(weights + b × KV bytes) / bandwidth`. The cache dominates
-#   past `b × tokens ≈ weights / 128 KiB` (108k tokens for Mistral 7B in fp16); there a window saves time too.
+# * Decode is memory-bound: a step takes at least $(\text{weights} + b \times \text{KV bytes}) / \text{bandwidth}$. The cache dominates
+#   past $b \times \text{tokens} \approx \text{weights} / 128\,\text{KiB}$ (108k tokens for Mistral 7B in fp16); there a window saves time too.
 # * The convention: $i - W < j \le i$, `W` keys. Mistral's `one_file_ref.py` prefill mask admits $W + 1$.
 #
 # ## Going further

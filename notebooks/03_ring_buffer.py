@@ -82,8 +82,8 @@ print("running on", dev)
 # A ring buffer stores keys in whatever slot is free, so a key must say by itself where it came from. In
 # Mistral, Llama, Gemma and this course's decoder it does, through **rotary position embeddings** (RoPE,
 # Su et al. 2021, arXiv:2104.09864). RoPE cuts each query and key vector of `d` numbers into $d/2$ **pairs**
-# and turns pair `t` of the vector at position `p` by the angle `p · f_t`, with frequencies
-# `f_t = θ^(-2t/d)` running from 1 radian per position down to almost nothing ($\theta = 10000$). In the
+# and turns pair `t` of the vector at position `p` by the angle $p \cdot f_t$, with frequencies
+# $f_t = \theta ^{-2t/d}$ running from 1 radian per position down to almost nothing ($\theta = 10000$). In the
 # "halves" layout of Hugging Face and of `swkv_teach.model`, dims `t` and $t + d/2$ form pair `t`.
 #
 # Below, one key vector whose every pair starts at `(1, 0)`, rotated by the library's `rotary` and
@@ -380,7 +380,7 @@ print("chronological keys:",
 # %% [markdown]
 # ## 3. Why slot order does not matter for one query
 #
-# Attention for one query is `Σ_j softmax(q·k_j/√d)_j · v_j`: a weighted **sum** over keys, and a
+# Attention for one query is $\sum _j \mathrm{softmax}(q \cdot k_j/\sqrt{d})_j \cdot v_j$: a weighted **sum** over keys, and a
 # sum does not care about order. Permute keys and values *together*, and the output is the same up
 # to floating-point rounding:
 

@@ -95,7 +95,7 @@ print(f"tokenizer: {tok}, e.g. {tok.encode('def f')}")
 #   characters, so it has seen the window slide). A cache of 64 tokens per layer is all it needs.
 # * `n_heads=4`, `n_kv_heads=2`: **grouped-query attention**. Four query heads share two key/value
 #   heads, so the cache stores keys and values for 2 heads, not 4: half the memory.
-# * `head_dim=24`: per layer and token, the cache holds `2 (k and v) × 2 heads × 24 = 96` numbers.
+# * `head_dim=24`: per layer and token, the cache holds $2\ (k \text{ and } v) \times 2\,\text{heads} \times 24 = 96$ numbers.
 #
 # ### One block, with a cache
 #
@@ -252,7 +252,7 @@ for chunk_size in (1, 7, 16, 64, 100, 200):
 # position embeddings** (RoPE, Su et al. 2021, arXiv:2104.09864), which lesson 3 (section 0) taught.
 #
 # As a reminder, RoPE splits each query and key vector into pairs of numbers and turns pair `t` by the angle
-# `position × f_t`, with frequencies `f_t = θ^(-2t/d)` running from 1 radian per position down to
+# $\text{position} \times f_t$, with frequencies $f_t = \theta ^{-2t/d}$ running from 1 radian per position down to
 # almost nothing ($\theta = 10000$ here). In the halves layout used by Hugging Face and this package, dims
 # `t` and $t + d/2$ form pair `t`:
 
@@ -719,7 +719,7 @@ compare(torch.stack(out, 1), "Decoder.step, left padding, no pad mask:")
 # The long row has no padding and is exact; the short row is wrong from the first token, because its
 # queries attend to the 30 pad keys. The fix needs a step that takes a position per row and masks pads.
 # Here it is, written out with the model's parts (as in section 7): RoPE by each row's own positions
-# (`rotary` of lesson 3 gives `(rows × tokens, head_dim)` angles, reshaped to broadcast over heads), the
+# (`rotary` of lesson 3 gives `(rows * tokens, head_dim)` angles, reshaped to broadcast over heads), the
 # ring cache as before (its write pointer counts columns, shared by the rows), and a mask that is the
 # window rule on columns (a row's positions and columns differ by its pad, so distances agree) **and**
 # "not a pad key". A pad query sees only itself, so that no row of the softmax is empty.

@@ -160,7 +160,7 @@ for note in result["notes"]:
     print("note:", note)
 
 # %% [markdown]
-# Columns: µs per update (best repeat and median), `×ring` (ratio to the ring's best, same run),
+# Columns: µs per update (best repeat and median), ×ring (ratio to the ring's best, same run),
 # `held` (KiB the cache keeps) and `alloc/step` (KiB it allocates per update, section 2). Byte counts
 # are exact, so they can be checked:
 
@@ -210,7 +210,7 @@ plt.close(fig)
 # * **naive** climbs with `W`: every update copies the whole window (`torch.cat`).
 # * Hugging Face's **dynamic** layer concatenates too and grows like naive. Its **static** layer
 #   preallocates, but once full it `roll`s the whole window by one token into a new tensor and
-#   copies that back (`StaticSlidingWindowLayer.update` in transformers 5.24, `cache_utils.py`):
+#   copies that back (`StaticSlidingWindowLayer.update` in transformers 5.25.0, `cache_utils.py` line 524, the roll at line 575):
 #   two O(W) passes per token, so it grows with `W` as well.
 #
 # `transformers` missing? Those rows are simply absent, and a note says so.
@@ -267,7 +267,7 @@ print(f"allocated over {steps} steps: naive {total['naive']:,} B, ring"
 # %% [markdown]
 # Reading the table:
 #
-# * Both caches stop growing at $W = 16$ tokens. One token's key is `2 heads × 16 dims × 4 B = 128 B`,
+# * Both caches stop growing at $W = 16$ tokens. One token's key is $2\,\text{heads} \times 16\,\text{dims} \times 4\,\text{B} = 128\,\text{B}$,
 #   so 16 tokens of keys and values are $2 \times 16 \times 128 = 4096\ \text{B}$.
 # * The **ring** allocates once, on the first step: its 4096 B of buffers (both, zeros) plus a 128 B index of
 #   slot numbers it uses to report positions. Never again after that.
@@ -301,7 +301,7 @@ plt.close(fig)
 # allocator usually hands the same block back, so it is cheap, but the copy into it is not; with
 # many sequences of different lengths in one server, blocks of every size fragment the pool. A
 # cache that allocates nothing after its first step has a memory footprint you can compute before
-# you start: `2 × layers × kv_heads × W × head_dim × itemsize` per sequence.
+# you start: $2 \times \text{layers} \times \text{kv heads} \times W \times \text{head dim} \times \text{itemsize}$ per sequence.
 #
 # ## 3. The update's share of a decode step
 #
@@ -604,8 +604,9 @@ plt.close(fig)
 #
 # On a GPU and a real model the short-prefix story has a second reason, lesson 0's bandwidth: a forward
 # over `n` tokens reads every weight once, like a one-token step, and does `n` times the arithmetic. Until
-# that arithmetic catches up with the reading, at `n ≈` peak FLOP/s ÷ bandwidth ÷ (1 FLOP per weight byte
-# per token in fp16), about 300 tokens on an H100 SXM (989 dense fp16 TFLOP/s over 3.35 TB/s, its data
+# that arithmetic catches up with the reading, at
+# $n \approx \text{peak FLOP/s} \div \text{bandwidth} \div (1\,\text{FLOP per weight byte per token in fp16})$,
+# about 300 tokens on an H100 SXM (989 dense fp16 TFLOP/s over 3.35 TB/s, its data
 # sheet), recomputing a short prefix costs about as much as one cached step. The cache's win is a
 # long-context win.
 #

@@ -21,8 +21,8 @@
 #   is safe for one new token and not for a chunk;
 # * check parity, memory and speed against transformers' own caches.
 #
-# Window convention (`swkv_teach.masks`): query $i$ attends key $j$ when $i - W < j \le i$, Hugging Face's rule
-# since 4.56. Everything here runs on tiny random models built in the notebook: nothing is downloaded, except in
+# Window convention (`swkv_teach.masks`): query $i$ attends key $j$ when $i - W < j \le i$, Hugging Face's mask rule;
+# its flash-attention path agrees since 4.56. Everything here runs on tiny random models built in the notebook: nothing is downloaded, except in
 # the optional last cell, which you run yourself on Colab.
 
 # %%

@@ -272,7 +272,7 @@ plt.show()
 # ## 3. Sharding: two processes, half the cache each
 #
 # One process holds all `n_kv_heads = 2` KV heads. With `P` processes, rank `r` keeps KV heads
-# `r·nkv/P …` and the query heads that read them (grouped-query attention keeps them together), and its own
+# $r \cdot n_{kv}/P, \dots, (r+1) \cdot n_{kv}/P - 1$ (with $n_{kv}$ = `n_kv_heads`) and the query heads that read them (grouped-query attention keeps them together), and its own
 # ring caches for those heads only. That is Megatron-LM's split of self-attention (Shoeybi et al. 2019,
 # section 3): the query/key/value projection is cut by its output rows, the output projection `o_proj` by its input
 # columns, so each rank computes a *partial* `o_proj` output from its heads, and one all-reduce (a sum over

@@ -314,14 +314,14 @@ print(
 # ### Why split the keys: decode has too few rows
 #
 # During decode every sequence brings **one** query per head. A kernel that gives each (row, head) one program,
-# as FlashAttention's forward does, launches `batch × heads` programs: 32 at batch 1 for a model with 32 query
+# as FlashAttention's forward does, launches $\text{batch} \times \text{heads}$ programs: 32 at batch 1 for a model with 32 query
 # heads, on a GPU with 132 streaming multiprocessors (an H100 SXM), each program walking the whole window alone.
 # Most of the GPU idles, and the time grows with the window. Flash-decoding (Dao, Haziza, Massa and Sizov, 2023,
 # [references](../docs/references.md#papers)) splits each row's keys among several programs, each running the
 # online softmax over its part, and merges the parts by log-sum-exp (section 1). At a large batch,
-# `batch × heads` programs fill the GPU on their own, and one split is best: the library's
+# $\text{batch} \times \text{heads}$ programs fill the GPU on their own, and one split is best: the library's
 # `kd.default_num_splits` asks for about two programs per multiprocessor and gives 1 split once
-# `batch × heads` reaches that.
+# $\text{batch} \times \text{heads}$ reaches that.
 #
 # ### The decode kernel
 #
@@ -588,9 +588,9 @@ plt.close(fig)
 # `flash_attn_with_kvcache` sizes its splits from the cache's **capacity**, `seqlen_k = kcache.size(1)` or, paged,
 # the block table's width times the block size (`flash_api.cpp` line 1306, commit 0251105a), handed to
 # `set_params_splitkv` (lines 1498–1500), whose `num_n_blocks` counts blocks of that length (line 324); the window
-# never enters. And `num_splits_heuristic` returns 1 whenever `batch · heads · m_blocks ≥ 0.8 ·` its SM count
-# (line 283), which it is given as `2 × SMs` (line 335): at batch 32 with 32 heads that is one split on any GPU
-# with fewer than 640 SMs, however long the window.
+# never enters. And `num_splits_heuristic` returns 1 whenever $\text{batch} \cdot \text{heads} \cdot m_{\text{blocks}} \ge 0.8 \cdot \text{its SM count}$
+# (line 283), which it is given as $2 \times \text{SMs}$ (line 335): at batch 32 with 32 heads, $32 \cdot 32 \cdot 1 = 1024 \ge 0.8 \cdot 2 \cdot \text{SMs}$,
+# that is one split on any GPU with at most 640 SMs, however long the window.
 #
 # ## 4. Bytes, and lesson 0's floor
 #

@@ -849,8 +849,8 @@ plt.show()
 #   not numerics: on a GPU engine a reused block can still flip a near-tie (vLLM: `VLLM_BATCH_INVARIANT=1`).
 # * A store beats recomputing only above the break-even bandwidth,
 #   $\text{KV bytes per token} \times \text{FLOP/s} \,/\, (2 \times \text{parameters})$.
-# * Redis's LRU samples: close to exact above the cliff, kinder than exact below it, and its clock ticks once a
-#   second.
+# * Redis's LRU samples: close to exact above the cliff; below it, one sample is close to random eviction and the
+#   default 5 samples as bad as exact LRU on a loop. Its clock ticks once a second.
 #
 # Next: [exercise 13](../exercises/13_prefix_cache_lru.ipynb), if you have not written it yet, then the interview
 # drill.
