@@ -20,7 +20,7 @@
 # * give the cost of a decode step with and without a cache, complete, and say which term dominates when;
 # * do the KV-memory arithmetic of a real model in your head, GQA, windows and hybrid stacks included;
 # * compare eviction policies and memory layouts by what is exact, what it costs, and what it wastes;
-# * state the window convention with its boundary, and name who counts `W + 1` keys;
+# * state the window convention with its boundary, and name who counts $W + 1$ keys;
 # * turn bytes into milliseconds on a GPU, say what keeps a fused kernel from running, and batch prompts
 #   of different lengths without breaking their positions.
 #
@@ -34,7 +34,7 @@
 # question. They check themselves against the library.
 #
 # The window convention, used throughout (from `swkv_teach.masks`): query `i` attends key `j`
-# exactly when `i - W < j <= i`.
+# exactly when $i - W < j \le i$.
 
 # %%
 import torch
@@ -58,35 +58,41 @@ def human(n_bytes):
     return f"{n_bytes} B"
 
 
-# the formula against a real cache: 1 layer, batch 2, 4 KV heads, head_dim 8, window 16, fp16
+# the formula against a real cache:
+# 1 layer, batch 2, 4 KV heads, head_dim 8, window 16, fp16
 ring = RingBufferKVCache(16)
 k = torch.zeros(2, 4, 1, 8, dtype=torch.float16, device=dev)
 ring.update(k, k)
-print("formula matches the library's nbytes:", kv_cache_bytes(1, 4, 8, 16, 2, batch=2) == ring.nbytes)
+same = kv_cache_bytes(1, 4, 8, 16, 2, batch=2) == ring.nbytes
+print("formula matches the library's nbytes:", same)
 
 # %%
 # change these and rerun
 layers, kv_heads, head_dim, fp16 = 32, 8, 128, 2          # Mistral 7B
 W, batch = 4096, 32
+model = (layers, kv_heads, head_dim)
 
-print("per token:                 ", human(kv_cache_bytes(layers, kv_heads, head_dim, 1, fp16)))
-print("one sequence, window 4096: ", human(kv_cache_bytes(layers, kv_heads, head_dim, W, fp16)))
-print(f"batch of {batch}, window 4096:  ", human(kv_cache_bytes(layers, kv_heads, head_dim, W, fp16, batch)))
-print("one sequence, 32k, no window:", human(kv_cache_bytes(layers, kv_heads, head_dim, 32768, fp16)))
-print("same model with MHA (32 KV heads), window 4096:", human(kv_cache_bytes(layers, 32, head_dim, W, fp16)))
+print("per token:                 ", human(kv_cache_bytes(*model, 1, fp16)))
+print("one sequence, window 4096: ", human(kv_cache_bytes(*model, W, fp16)))
+print(f"batch of {batch}, window 4096:  ",
+      human(kv_cache_bytes(*model, W, fp16, batch)))
+print("one sequence, 32k, no window:", human(kv_cache_bytes(*model, 32768, fp16)))
+print("same model with MHA (32 KV heads), window 4096:",
+      human(kv_cache_bytes(layers, 32, head_dim, W, fp16)))
 
 
 # %%
 def attention_flops(T, d, W=None):
-    # scores q·k and the weighted sum of values: 2 multiply-adds per key per dimension, per query
+    # scores q·k and the weighted sum of values:
+    # 2 multiply-adds per key per dimension, per query
     keys_seen = sum(min(i + 1, W or T) for i in range(T))
     return 4 * d * keys_seen
 
 
 T, d = 32768, 128
 full, windowed = attention_flops(T, d), attention_flops(T, d, W=4096)
-print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {windowed / 1e9:.1f} GFLOPs,"
-      f" ratio {full / windowed:.2f}")
+print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, "
+      f"window 4096 {windowed / 1e9:.1f} GFLOPs, ratio {full / windowed:.2f}")
 
 # %% [markdown]
 # ## Complexity
@@ -98,18 +104,18 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 #
 # <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
-# Let a layer hold `P` weights (projections and MLP, `P ~ 12·d²` to `14·d²`). **Without a cache**
+# Let a layer hold `P` weights (projections and MLP, $P \sim 12 \cdot d^2$ to $14 \cdot d^2$). **Without a cache**
 # a step reruns the *whole model* over all `t` tokens: the later layers' keys depend on the earlier
-# layers' outputs, so nothing short of the full forward gives them. Per layer that is `2P·t` FLOPs of
-# dense work plus causal attention over the prefix, `≈ 2·t²·d`: `O(t·d² + t²·d)` per step,
-# `O(N²·d² + N³·d)` for `N` tokens. **With a cache** only the new token passes through the layer,
-# `2P`, and its query reads the `t` cached keys and values, `4·t·d`: `O(d² + t·d)` per step.
-# Which term dominates: the dense one while `t` is small next to `P/d`; for Mistral 7B's shape
-# (`P ≈ 218 M`, `d = 4096`) attention takes over at `t ≈ 27k` with a cache and `≈ 53k` without.
-# A window caps the cached attention term at `4·W·d`, so the step cost stops growing.
-# The price of the cache is memory: `2 × layers × kv_heads × head_dim × bytes` per token, kept for
+# layers' outputs, so nothing short of the full forward gives them. Per layer that is $2P \cdot t$ FLOPs of
+# dense work plus causal attention over the prefix, $\approx 2 \cdot t^2 \cdot d$: $O(t \cdot d^2 + t^2 \cdot d)$ per step,
+# $O(N^2 \cdot d^2 + N^3 \cdot d)$ for `N` tokens. **With a cache** only the new token passes through the layer,
+# `2P`, and its query reads the `t` cached keys and values, $4 \cdot t \cdot d$: $O(d^2 + t \cdot d)$ per step.
+# Which term dominates: the dense one while `t` is small next to $P/d$; for Mistral 7B's shape
+# ($P \approx 218\,\text{M}$, $d = 4096$) attention takes over at $t \approx 27\text{k}$ with a cache and $\approx 53\text{k}$ without.
+# A window caps the cached attention term at $4 \cdot W \cdot d$, so the step cost stops growing.
+# The price of the cache is memory: $2 \times \text{layers} \times \text{kv heads} \times \text{head dim} \times \text{bytes}$ per token, kept for
 # as long as the token may be attended to, and read at every step (on a GPU that read, not the
-# FLOPs, usually sets the speed: `(weights + batch × KV bytes) / bandwidth` is a floor on each step, about
+# FLOPs, usually sets the speed: $(\text{weights} + \text{batch} \times \text{KV bytes}) / \text{bandwidth}$ is a floor on each step, about
 # 4.3 ms for Mistral 7B on an H100 SXM at batch 1 and 1k tokens). Lesson 0, sections 1 and 2, works the numbers; lesson 6,
 # section 4, measures the cache against recomputing.
 #
@@ -122,9 +128,9 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 #
 # <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
-# Naive: `torch.cat` allocates `W + 1` tokens and copies them, for keys and for values, every
+# Naive: `torch.cat` allocates $W + 1$ tokens and copies them, for keys and for values, every
 # step: O(W) memory traffic and one allocation per token and layer (the slice after it is a free
-# view). Ring: write one token into slot `p % W`: O(1), no allocation. The *step* is still O(W),
+# view). Ring: write one token into slot $p \bmod W$: O(1), no allocation. The *step* is still O(W),
 # though, because attention must read all `W` cached keys. The ring removes the extra
 # copy (the cat reads the whole window and writes it again, on top of attention's read) and the
 # allocator churn, not the attention read itself.
@@ -138,11 +144,11 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 #
 # <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
-# Full causal prefill: `O(T²·d)` (about `T²/2` query–key pairs). With a window: `O(T·W·d)`, since
-# each query sees at most `W` keys. Generating `N` tokens: `O(N·T·d)` with a full cache, growing
-# with context, versus `O(N·W·d)` with a window, a constant per token. The calculator above shows
-# the ratio at `T = 32768`, `W = 4096`: close to 4x, not 8x, because the first `W` queries cost
-# the same either way and causal attention already halves the full `T²`.
+# Full causal prefill: $O(T^2 \cdot d)$ (about $T^2/2$ query–key pairs). With a window: $O(T \cdot W \cdot d)$, since
+# each query sees at most `W` keys. Generating `N` tokens: $O(N \cdot T \cdot d)$ with a full cache, growing
+# with context, versus $O(N \cdot W \cdot d)$ with a window, a constant per token. The calculator above shows
+# the ratio at $T = 32768$, $W = 4096$: close to 4x, not 8x, because the first `W` queries cost
+# the same either way and causal attention already halves the full $T^2$.
 #
 # </details>
 
@@ -156,8 +162,8 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 #
 # <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
-# Per token: `2 × 32 × 8 × 128 × 2 B = 131 072 B = 128 KiB`. Per sequence, full window:
-# `4096 × 128 KiB = 512 MiB`. Batch of 32: `16 GiB`, more than the fp16 weights (about 14.5 GB in all).
+# Per token: $2 \times 32 \times 8 \times 128 \times 2\,\text{B} = 131\,072\,\text{B} = 128\,\text{KiB}$. Per sequence, full window:
+# $4096 \times 128\,\text{KiB} = 512\,\text{MiB}$. Batch of 32: `16 GiB`, more than the fp16 weights (about 14.5 GB in all).
 # Without the window, a 32k-token sequence would need 4 GiB, and 32 of them 128 GiB.
 # (The calculator cell above reproduces every number.)
 #
@@ -173,7 +179,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # The cache stores keys and values per **KV head**, so its size is proportional to the number of
 # KV heads, not query heads. Under MHA each of the 32 query heads has its own K and V; under GQA
 # groups of 4 query heads share one, so the cache is 4× smaller (512 MiB instead of 2 GiB per
-# sequence at `W = 4096`). MQA (one KV head) is the extreme: 32× smaller, with some quality cost.
+# sequence at $W = 4096$). MQA (one KV head) is the extreme: 32× smaller, with some quality cost.
 # GQA and a window multiply: both shrink the same product.
 #
 # </details>
@@ -185,7 +191,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 #
 # <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
-# About 55 GB is left for the cache. At 512 MiB (0.5 GiB, ≈ 0.54 GB) per full-window sequence,
+# About 55 GB is left for the cache. At 512 MiB (0.5 GiB, about 0.54 GB) per full-window sequence,
 # that is about 100 sequences. To fit more: quantize the cache (fp8 or int8 halves it: ~200),
 # use a paged layout so short sequences do not reserve a whole window (most requests are shorter
 # than 4096 tokens), or share prompt prefixes between requests. A smaller window would also do
@@ -213,7 +219,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # * **Sinks + window** (StreamingLLM): also keep the first `S` tokens (4 in the paper) forever.
 #   Models park attention mass on the first tokens; dropping them wrecks a model that was trained
 #   with *full* attention once the window slides past. Sinks let such a model stream
-#   indefinitely, which is still an approximation of full attention; with `S = 0` it is the plain
+#   indefinitely, which is still an approximation of full attention; with $S = 0$ it is the plain
 #   window. Cost: `S` extra slots.
 # * **LRU / H2O**: evict by *use* or by accumulated attention score. Every decode step reads every
 #   cached key, so plain "least recently used" degenerates to FIFO unless "use" means something
@@ -288,7 +294,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # StreamingLLM does that with sinks: it uses positions within the cache, so the model never sees a
 # distance longer than it was trained on. That changes the model's outputs, deliberately. Classic
 # bug: rotating with `len(cache)` instead of `seen`, which freezes positions once the cache is full:
-# exact for the first `W + 1` tokens, wrong after ([lesson 4](04_decoding_with_the_cache.ipynb) runs it
+# exact for the first $W + 1$ tokens, wrong after ([lesson 4](04_decoding_with_the_cache.ipynb) runs it
 # on the trained model).
 #
 # </details>
@@ -296,16 +302,16 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # %% [markdown]
 # ### Q11. Chunked prefill of a long prompt
 #
-# **A 10 000-token prompt arrives for a model with `W = 4096`. How do you prefill it in chunks with a bounded cache, and what must the cache hand to each chunk?**
+# **A 10 000-token prompt arrives for a model with $W = 4096$. How do you prefill it in chunks with a bounded cache, and what must the cache hand to each chunk?**
 #
 # <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
-# Process chunks of `c` tokens (the Mistral 7B paper suggests `c = W`). The first query of a chunk
-# starting at position `n` may see keys `n - W + 1 … n`, so the cache must return the last
-# `W - 1` stored keys followed by the chunk's `c` keys (`W - 1 + c` in all), and the attention mask
+# Process chunks of `c` tokens (the Mistral 7B paper suggests $c = W$). The first query of a chunk
+# starting at position `n` may see keys $n - W + 1, \dots, n$, so the cache must return the last
+# $W - 1$ stored keys followed by the chunk's `c` keys ($W - 1 + c$ in all), and the attention mask
 # is `window_mask(q_positions = n … n + c - 1, cache.positions, W)`: causal inside the chunk,
 # windowed against the past. Afterwards only the last `W` keys are kept. Peak memory is then
-# `O(W + c)` keys instead of `O(10 000)`, and the result equals prefilling the whole prompt at once.
+# $O(W + c)$ keys instead of `O(10 000)`, and the result equals prefilling the whole prompt at once.
 #
 # </details>
 
@@ -316,8 +322,8 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 #
 # <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
-# In this course, keys `j` with `i - W < j <= i`: exactly `W` keys, the query's own included (for
-# `W = 3`, query 5 sees 3, 4, 5). The same count in:
+# In this course, keys `j` with $i - W < j \le i$: exactly `W` keys, the query's own included (for
+# $W = 3$, query 5 sees 3, 4, 5). The same count in:
 #
 # * **flash-attention**: `window_size=(left, right)` counts keys *besides* the query on each side, and
 #   the window is **aligned to the bottom right**: `flash_attn_func`'s docstring (and the README) says
@@ -326,24 +332,25 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 #   query over `seqlen_k` keys (decode), query 0 is the *last* key's position, so it reads the last
 #   `window_size[0] + 1` keys, which is what makes one-token decode work without passing a position. The
 #   rule is `window_size=(W - 1, 0)`;
-# * **Hugging Face** since the fix below: `masking_utils.sliding_window_overlay` keeps
-#   `kv_idx > q_idx - sliding_window`;
+# * **Hugging Face**'s mask rule: `masking_utils.sliding_window_overlay` keeps
+#   `kv_idx > q_idx - sliding_window` (already in 4.55.4); its flash-attention path agrees since 4.56
+#   (the fix below);
 # * **mistral-inference's xformers path**: `make_local_attention(W)` (`cache.py`), whose mask
 #   (`_materialize_causal_mask` in xformers' `attn_bias.py`) is `torch.triu(..., diagonal=-W + 1)`.
 #
 # Not everyone: Mistral's first **reference code**, `one_file_ref.py` (mistral-src, first commit,
 # line 261), builds its prefill mask with `torch.triu(mask, diagonal=-sliding_window)`, which admits
-# `i - W <= j <= i`, **W + 1** keys, while its decode path reads a rolling buffer of `W` slots. The
-# paper (arXiv:2310.06825) says both: §2's wording, "positions between i − W and i", reads as `W + 1`,
+# $i - W \le j \le i$, **$W + 1$** keys, while its decode path reads a rolling buffer of `W` slots. The
+# paper (arXiv:2310.06825) says both: §2's wording, "positions between i − W and i", reads as $W + 1$,
 # while its Figure 1 caption says "each token can attend to at most W tokens from the previous layer
 # (here, W = 3)" and its rolling buffer cache "has a fixed size of W". The caption is not one-sided
 # either: it goes on "after k attention layers, information can move forward by up to k × W tokens", and
-# §2 says "a distance of up to W × k", a reach of `W` per layer, which only the `W + 1` reading gives.
+# §2 says "a distance of up to W × k", a reach of `W` per layer, which only the $W + 1$ reading gives.
 # And Hugging Face's flash-attention path passed `window_size=(W, W)` (transformers issue #39408):
-# with causal masking `W + 1` keys, one more than its eager/SDPA path, so the same model gave
+# with causal masking $W + 1$ keys, one more than its eager/SDPA path, so the same model gave
 # different results depending on the backend; fixed in PR #40163 (August 2025). Lesson 0 builds the
 # reference's mask and shows the extra key. For interviews: write the convention down once, and
-# test the boundary at `W - 1`, `W`, `W + 1`. (Mistral 7B v0.2 and later dropped sliding-window
+# test the boundary at $W - 1$, `W`, $W + 1$. (Mistral 7B v0.2 and later dropped sliding-window
 # attention altogether: its model card lists "No Sliding-Window Attention".)
 #
 # </details>
@@ -355,8 +362,8 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 #
 # <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
-# Each layer moves information at most `W - 1` positions, so after `L` layers a token can be
-# influenced by about `L × (W - 1)` earlier tokens: about 131k for Mistral 7B (32 × 4095 = 131 040). Dropping
+# Each layer moves information at most $W - 1$ positions, so after `L` layers a token can be
+# influenced by about $L \times (W - 1)$ earlier tokens: about 131k for Mistral 7B ($32 \times 4095 = 131\,040$). Dropping
 # keys older than `W` from each layer's cache loses nothing *for a model trained with the window*:
 # the older information is already folded into the hidden states of the tokens still in the
 # window. It is an approximation only for a model trained with full attention.
@@ -374,7 +381,7 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 # rounds differently. Test with tolerances against an **oracle** that never uses a cache
 # (full-sequence attention with the window mask), and compare cache *contents* exactly after
 # sorting by position (`ring.ordered()` vs the naive cache: `torch.equal`). Cover the boundary
-# steps `W - 1`, `W`, `W + 1`, several wrap-arounds, chunk sizes that do and do not divide `W`, and
+# steps $W - 1$, `W`, $W + 1$, several wrap-arounds, chunk sizes that do and do not divide `W`, and
 # the GPU as well as the CPU.
 #
 # </details>
@@ -386,9 +393,9 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 #
 # <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
-# Per token and layer: `2 × 16 × 128 × 2 B = 8 KiB`. All global: `62 × 131 072 × 8 KiB = 62 GiB`.
-# With 5 : 1 (Gemma 3's ratio): 10 global layers hold `10 × 131 072 × 8 KiB = 10 GiB` and 52 local
-# layers `52 × 1024 × 8 KiB ≈ 0.4 GiB`: about 10.4 GiB, six times less. The global layers set the
+# Per token and layer: $2 \times 16 \times 128 \times 2\,\text{B} = 8\,\text{KiB}$. All global: $62 \times 131\,072 \times 8\,\text{KiB} = 62\,\text{GiB}$.
+# With 5 : 1 (Gemma 3's ratio): 10 global layers hold $10 \times 131\,072 \times 8\,\text{KiB} = 10\,\text{GiB}$ and 52 local
+# layers $52 \times 1024 \times 8\,\text{KiB} \approx 0.4\,\text{GiB}$: about 10.4 GiB, six times less. The global layers set the
 # memory; shrinking the local window further would hardly help, raising the share of local layers
 # does. The calculator: `kv_cache_bytes(10, 16, 128, 131072) + kv_cache_bytes(52, 16, 128, 1024)`.
 # Lesson 0, section 3 draws it.
@@ -397,7 +404,8 @@ print(f"one head, T = {T}: full causal {full / 1e9:.1f} GFLOPs, window 4096 {win
 
 # %%
 print("all global:", human(kv_cache_bytes(62, 16, 128, 131072)))
-print("5 : 1 local/global, W = 1024:", human(kv_cache_bytes(10, 16, 128, 131072) + kv_cache_bytes(52, 16, 128, 1024)))
+mixed = kv_cache_bytes(10, 16, 128, 131072) + kv_cache_bytes(52, 16, 128, 1024)
+print("5 : 1 local/global, W = 1024:", human(mixed))
 
 # %% [markdown]
 # ## GPUs, kernels and serving
@@ -410,26 +418,28 @@ print("5 : 1 local/global, W = 1024:", human(kv_cache_bytes(10, 16, 128, 131072)
 # <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
 #
 # Decode is memory-bound: a step reads every weight once (shared by the batch) and every sequence's cache,
-# for about 2 FLOPs per weight, so `ms ≥ (weight bytes + batch × KV bytes) / bandwidth`. Weights:
+# for about 2 FLOPs per weight, so $\text{ms} \ge (\text{weight bytes} + \text{batch} \times \text{KV bytes}) / \text{bandwidth}$. Weights:
 # of its 7.24 G parameters a step reads 7.11 G (the 32 layers and the output head, but one row of the
-# input embedding per token, not the table) × 2 B ≈ 14.2 GB, 4.2 ms alone; at 4k tokens the cache adds
-# 0.5 GiB: about 4.4 ms. Batch 32 at 32k: `32 × 32768 × 128 KiB ≈ 137 GB` of cache, about 45 ms a step (and
-# it does not fit in 80 GB); with the window, `32 × 4096 × 128 KiB ≈ 17 GB`, about 9.4 ms, and it fits. The
-# cache dominates once `batch × tokens × 128 KiB` passes the weights' 14.2 GB, about 108k tokens in the batch: past that
+# input embedding per token, not the table), at 2 bytes each: 14.2 GB, 4.2 ms alone; at 4k tokens the cache adds
+# 0.5 GiB: about 4.4 ms. Batch 32 at 32k: $32 \times 32768 \times 128\,\text{KiB} \approx 137\,\text{GB}$ of cache, about 45 ms a step (and
+# it does not fit in 80 GB); with the window, $32 \times 4096 \times 128\,\text{KiB} \approx 17\,\text{GB}$, about 9.4 ms, and it fits. The
+# cache dominates once $\text{batch} \times \text{tokens} \times 128\,\text{KiB}$ passes the weights' 14.2 GB, about 108k tokens in the batch: past that
 # a window saves *time*, not only memory. Lesson 0, section 2.
 #
 # </details>
 
 # %%
-# the weights a step reads, counted as lesson 0 counts them: 32 layers of P weights, the output head and one
-# row of the input embedding (not the whole table), fp16
+# the weights a step reads, counted as lesson 0 counts them: 32 layers of P weights,
+# the output head and one row of the input embedding (not the whole table), fp16
 d7, d_kv7, mlp7, vocab7 = 4096, 8 * 128, 14336, 32_000
 P = d7 * d7 + 2 * d7 * d_kv7 + d7 * d7 + 3 * d7 * mlp7
-weights, bandwidth = (32 * P + vocab7 * d7 + d7) * 2, 3.35e12   # bytes; H100 SXM data-sheet bandwidth
+weights = (32 * P + vocab7 * d7 + d7) * 2   # bytes
+bandwidth = 3.35e12                          # bytes/s, H100 SXM data-sheet bandwidth
 print(f"weights read per step: {weights / 1e9:.1f} GB")
 for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
     kv = kv_cache_bytes(32, 8, 128, tokens, batch=batch)
-    print(f"batch {batch:>2}, {tokens:>5} cached tokens each: {(weights + kv) / bandwidth * 1e3:5.1f} ms per step "
+    ms = (weights + kv) / bandwidth * 1e3
+    print(f"batch {batch:>2}, {tokens:>5} cached tokens each: {ms:5.1f} ms per step "
           f"(cache {kv / 1e9:5.1f} GB)")
 
 # %% [markdown]
@@ -459,7 +469,7 @@ for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
 # outside the kernel** and the ring writes its own slot. **For a paged cache**, in-kernel RoPE works: pass the
 # new `k`, `v` with `cache_seqlens` the row's length *before* the new tokens (its tokens seen), and they are
 # written and rotated at their true positions; with `rotary_interleaved=False`, since the default pairs
-# dimensions 0 & 1 and the course and Hugging Face pair `t` with `t + d/2`. Lessons 6 (section 5) and 7
+# dimensions 0 & 1 and the course and Hugging Face pair `t` with $t + d/2$. Lessons 6 (section 5) and 7
 # (section 3); a paged decode kernel written out in [lesson 11](11_fused_decode_kernel.ipynb).
 #
 # </details>
@@ -490,7 +500,7 @@ for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
 #
 # Each kind of layer keeps its own blocks (vLLM's KV cache groups) and has its own rule for a hit. Full
 # attention needs *every* block of the prefix, so its hit is the longest run of cached blocks from the start
-# (and any shorter prefix hits too). A sliding-window layer needs only the blocks holding the `W - 1`
+# (and any shorter prefix hits too). A sliding-window layer needs only the blocks holding the $W - 1$
 # positions before the first token it computes; the older ones may long be freed. All groups must resume at
 # the *same* token, so the hit is a length every group accepts. vLLM's `HybridKVCacheCoordinator`
 # (`vllm/v1/core/kv_cache_coordinator.py`) puts the full-attention group first ("Put full attention first:
@@ -528,6 +538,10 @@ for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
 #
 # * Write the question you would ask about **speculative decoding** with a ring cache: the draft's
 #   rejected tokens must be taken back out of the cache. What must a ring keep to roll back `k`
-#   tokens, and what does that cost?
+#   tokens, and what does that cost? Then compare with the library's answer:
+#   `RingBufferKVCache(W, lookahead=k)` keeps $W + k$ slots, so a verify of $k + 1$ tokens never
+#   overwrites a key an accepted token still needs, and `rollback(r)` takes back `r` tokens by moving a
+#   counter (no tensor copied); inside transformers, `hf_cache(model, lookahead=k)` serves assisted
+#   generation, whose `crop(-r)` is that rollback (lesson 9, "What to remember"; the README).
 # * Redo Q6 for a 5 : 1 hybrid model instead of Mistral 7B: how many sequences fit, and what now
 #   limits the batch?
