@@ -1,13 +1,15 @@
 """How a lesson reads on a page (issue 36): formulas typeset, code that fits, figures captioned.
 
-Checked from the stored notebooks' JSON, for the lessons listed in FORMATTED (another edition adds
-the rest). The rules, precise enough to fail:
+Checked from the stored notebooks' JSON, for the lessons listed in FORMATTED, and (formulas only)
+for the pages of docs/. The rules, precise enough to fail:
 
 * **Formulas are LaTeX.** In markdown, outside ``$…$``, ``$$…$$`` and fenced code, a *formula* is
   - a code span whose names are all one letter (``W``, ``t``, ``P``: numbers aside) and which holds a
     binary operator (``+ - − * / < > = ≤ ≥ × · % ^``) or a power (``²``), e.g. ```i - W < j <= i```,
     ```W + 1```; a code span that names a Python identifier longer than one letter
-    (```min(seen, W)```, ```p // block_size```) is code and stays a code span;
+    (```min(seen, W)```, ```p // block_size```) is code and stays a code span, unless it holds a
+    sign no Python code writes (``× · ≈ Σ √ θ ≥ ≤``): ```batch · heads ≥ 0.8 · SMs``` is a formula
+    whatever its names;
   - in plain prose, a math sign (``≤ ≥ ≠ ≈ · √ ² ³ ⌈ ⌉ ⌊ ⌋ ∑``), or a one-letter operand joined by
     ``+ - − = < > × /`` to a letter or number (``W + 1``, ``t = 5``, ``2 × 16``): those go in ``$…$``.
   A ratio's sign after a number (``7.7×``) is a unit, not a formula, and words in double quotes
@@ -32,20 +34,22 @@ FORMATTED = [
     "00_why_cache", "01_six_steps", "02_watching_eviction", "03_ring_buffer",
     "04_decoding_with_the_cache", "05_eviction_policies", "06_measuring", "07_serving_memory",
     "08_which_tokens_to_keep", "09_inside_transformers", "10_demo_to_service", "11_fused_decode_kernel",
-    "12_prefix_caching",
+    "12_prefix_caching", "13_interview_drill",
 ]
+DOCS = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
 MAX_CODE_LINE = 88
 
 FENCE = re.compile(r"```.*?```", re.DOTALL)
 DISPLAY_MATH = re.compile(r"\$\$.*?\$\$", re.DOTALL)
 INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\$)[^$\n]+?(?<!\\)\$")
 QUOTED = re.compile(r'"[^"]{0,300}"|“[^”]{0,300}”')
-LINK_TARGET = re.compile(r"\]\([^)]*\)|<[^>]+>|https?://\S+")
+LINK_TARGET = re.compile(r"\]\([^)]*\)|</?[A-Za-z][^<>]*>|https?://\S+")  # a link, an HTML tag, a URL
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 NUMBER = re.compile(r"(?<![A-Za-z_])\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 BINARY = re.compile(r"[\w)\]]\s*(?:<=|>=|==|//|\*\*|[-+−*/<>=≤≥×·%^])\s*[\w(\[]")
 POWER = re.compile(r"[²³√⌈⌊]")
+MATH_ONLY = re.compile(r"[×·≈Σ∑√θ≥≤]")  # signs no Python code writes: a span holding one is a formula
 MATH_SIGN = re.compile(r"[≤≥≠≈·√²³⌈⌉⌊⌋∑]")
 OPERAND = r"(?:\b[A-Za-z]\b|\b\d+(?:\.\d+)?\b)"
 PROSE_FORMULA = re.compile(
@@ -65,7 +69,8 @@ def formulas_outside_latex(markdown: str) -> list[str]:
     for span in CODE_SPAN.findall(text):
         plain = NUMBER.sub("0", span)
         names = NAME.findall(plain)
-        if all(len(n) == 1 for n in names) and (BINARY.search(plain) or POWER.search(plain)):
+        one_letter = all(len(n) == 1 for n in names)
+        if MATH_ONLY.search(span) or (one_letter and (BINARY.search(plain) or POWER.search(plain))):
             found.append(f"`{span}`")
     prose = QUOTED.sub(" ", CODE_SPAN.sub(" ", text))
     for line in prose.splitlines():
@@ -92,6 +97,13 @@ def test_no_formula_outside_latex(stem):
     bad = {n: f for n, c in enumerate(_body(stem), 2) if c.cell_type == "markdown"
            and (f := formulas_outside_latex(c.source))}
     assert not bad, (f"notebooks/{stem}: formulas outside LaTeX (write them as $…$), by cell: {bad}")
+
+
+@pytest.mark.parametrize("page", DOCS)
+def test_no_formula_outside_latex_in_the_docs(page):
+    text = (ROOT / "docs" / page).read_text()
+    bad = formulas_outside_latex(text)
+    assert not bad, f"docs/{page}: formulas outside LaTeX (write them as $…$): {bad}"
 
 
 @pytest.mark.parametrize("stem", FORMATTED)
@@ -141,6 +153,8 @@ def test_the_formula_rule_catches_code_spans_and_prose_but_not_code():
         "`i - W < j <= i`", "`W + 1`", "`(t+1)²`"]
     assert formulas_outside_latex("the mask of W + 1 keys, 2 × 16 bytes, i ≤ j") != []
     assert formulas_outside_latex("call `min(seen, W)` or `p // block_size` with `k=None`; 7.7× faster") == []
+    assert formulas_outside_latex("when `batch · heads ≥ 0.8 · SMs`, `θ_base` or `n ≈`") == [
+        "`batch · heads ≥ 0.8 · SMs`", "`θ_base`", "`n ≈`"]
     assert formulas_outside_latex("keys $i - W < j \\le i$ and $$W + 1$$, a one-token step") == []
     assert formulas_outside_latex("```\nx = W + 1\n```") == []
     assert formulas_outside_latex('the paper: "at most W tokens (here, W = 3)"') == []
