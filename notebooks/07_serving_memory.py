@@ -212,8 +212,8 @@ print(f"after the last step: {pool.free_blocks} of {pool.num_blocks} blocks free
 # holding it and labelled with the tokens of the logical block it holds. Follow a colour down: a sequence
 # writes into its newest block, takes a new block when a token opens one, and hands its oldest block back
 # the step that block's last token leaves the window. The blocks returned are reused by whoever needs one
-# next (the pool hands out the block free the longest, as vLLM's free-block queue does:
-# `FreeKVCacheBlockQueue`, `vllm/v1/core/kv_cache_utils.py`).
+# next (the pool hands out the block free the longest, as vLLM does: `FreeKVCacheBlockQueue`,
+# `vllm/v1/core/kv_cache_utils.py`; lesson 12 takes that queue apart).
 
 # %%
 fig, ax = plt.subplots(figsize=(8.4, 6.2), dpi=DPI)

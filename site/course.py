@@ -42,11 +42,16 @@ def plain(markdown: str) -> str:
 
 
 def slug(heading: str) -> str:
-    """The anchor MyST gives a heading (myst_heading_anchors; its default, GitHub's rule): lower case, punctuation
-    dropped, spaces to hyphens."""
-    text = plain(heading).lower()
-    text = re.sub(r"[^\w\- ]", "", text)
-    return text.replace(" ", "-")
+    """The anchor MyST gives a heading (myst_heading_anchors), by MyST's own rule: GitHub's slug
+    (``myst_parser.slugs.github_slugify``) of the heading's text and code only (``compute_unique_slug`` in
+    ``myst_parser/mdit_to_docutils/base.py``), so math and markup are left out: "2. Writing into slot
+    $p \\bmod W$" is ``2-writing-into-slot-``."""
+    from markdown_it import MarkdownIt
+    from mdit_py_plugins.dollarmath import dollarmath_plugin
+    from myst_parser.slugs import github_slugify
+
+    inline = MarkdownIt("commonmark").use(dollarmath_plugin).parse("# " + heading)[1]
+    return github_slugify("".join(c.content for c in inline.children or [] if c.type in ("text", "code_inline")))
 
 
 def title_of(repo_path: str) -> str:

@@ -331,8 +331,10 @@ class Watch:
                      if r.status >= 400 else None)
 
     def _failed(self, request):
-        # Chromium fetches the favicon after the page's load event and cancels it when the next page is opened
-        if request.url.endswith("favicon.svg") and "ERR_ABORTED" in (request.failure or ""):
+        # Chromium fetches the favicon, and MathJax its fonts, after the page's load event and cancels them when
+        # the next page is opened (a font that is missing still shows: its response is a 404, recorded above)
+        late = request.url.endswith("favicon.svg") or "/_static/mathjax/output/chtml/fonts/" in request.url
+        if late and "ERR_ABORTED" in (request.failure or ""):
             return
         self.problems.append(f"failed: {request.url} ({request.failure})")
 
