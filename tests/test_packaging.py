@@ -202,8 +202,9 @@ def test_ci_runs_the_newcomers_path_and_colabs_stack():
     ci = (ROOT / ".ci" / "run").read_text()
     newcomer = next(line for line in ci.splitlines() if "VENV=.venv-default" in line)
     assert newcomer.strip().startswith("make test") and "TORCH_SPEC" not in newcomer and "EXTRAS" not in newcomer
+    assert 'TESTS="$TORCH_DEPENDENT"' in newcomer
     assert "SWKV_COLAB_STACK=1 make test VENV=.venv-colab" in ci and "tests/colab_preinstalled.txt" in ci
-    listed = [line for line in (ROOT / "tests" / "colab_tests.txt").read_text().splitlines()
+    listed = [line for line in (ROOT / "tests" / "torch_dependent.txt").read_text().splitlines()
               if line and not line.startswith("#")]
     assert listed and all((ROOT / p).exists() for p in listed), [p for p in listed if not (ROOT / p).exists()]
     assert "tests/test_colab_stack.py" in listed, "the pass checks it runs Colab's versions"
