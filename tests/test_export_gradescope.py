@@ -245,3 +245,22 @@ def test_setup_sh_installs_transformers_only_when_an_exercise_needs_it(tmp_path)
     assert f'pip install -q "./{wheel.name}" ipykernel' in without, without
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert any(d.startswith("transformers>=") for d in extras["hf"]), "the hf extra brings transformers"
+
+
+def test_a_python_that_cannot_build_wheels_is_told_what_to_install(monkeypatch, tmp_path):
+    """A fresh venv's setuptools (65.5) has no bdist_wheel and no wheel package beside it: pip's "invalid command
+    'bdist_wheel'" reached the teacher raw. Now the export says what is missing and what to run."""
+    import setuptools
+
+    from swkv_teach.grading.export_gradescope import build_wheel
+
+    monkeypatch.setattr(setuptools, "__version__", "65.5.0")
+    monkeypatch.setitem(sys.modules, "wheel", None)
+    with pytest.raises(ValueError, match=r"needs setuptools >= 70\.1 or the wheel package; this Python has "
+                                         r"setuptools 65\.5 and no wheel: .* -m pip install -U setuptools"):
+        build_wheel(ROOT, tmp_path)
+    monkeypatch.undo()
+    from swkv_teach.grading.export_gradescope import _wheel_builder_missing
+
+    if _wheel_builder_missing() is None:  # this Python's own setuptools (or wheel) builds it
+        assert build_wheel(ROOT, tmp_path).name.startswith("swkv_teach-")

@@ -100,6 +100,28 @@ def _project_root() -> Path | None:
     return None
 
 
+def _wheel_builder_missing() -> str | None:
+    """Why this Python cannot build a wheel offline, or None: setuptools has its own ``bdist_wheel`` from 70.1,
+    older ones need the ``wheel`` package (a fresh venv's bundled setuptools 65.5 has neither)."""
+    import importlib.util
+
+    try:
+        import setuptools
+
+        version = tuple(int(x) for x in setuptools.__version__.split(".")[:2])
+    except (ImportError, ValueError):
+        version = (0, 0)
+    try:
+        has_wheel = importlib.util.find_spec("wheel") is not None
+    except ValueError:  # set to None in sys.modules
+        has_wheel = False
+    if version >= (70, 1) or has_wheel:
+        return None
+    found = "no setuptools" if version == (0, 0) else f"setuptools {'.'.join(map(str, version))}"
+    return (f"building the course wheel needs setuptools >= 70.1 or the wheel package; this Python has {found} and "
+            f"no wheel: {sys.executable} -m pip install -U setuptools")
+
+
 def build_wheel(project: Path, dest: Path) -> Path:
     """The course package as a wheel in ``dest`` (offline: uses the installed setuptools).
 
@@ -107,6 +129,9 @@ def build_wheel(project: Path, dest: Path) -> Path:
     package as ``swkv_teach/released/``), never in the checkout, where setuptools' ``build/``
     folder would keep, and ship, modules deleted since an earlier build.
     """
+    missing = _wheel_builder_missing()
+    if missing:
+        raise ValueError(missing)
     with tempfile.TemporaryDirectory(prefix="swkv-wheel-") as tmp:
         src, wheels_dir = Path(tmp) / "src", Path(tmp) / "wheels"
         for name in ("swkv_teach", "exercises"):
