@@ -773,4 +773,4 @@ else:
 #   gap at batch 32 from the update table, then measure it.
 #
 # Next: [lesson 7](07_serving_memory.ipynb) takes memory to serving scale (paged blocks, 8-bit keys);
-# the interview drill, [lesson 13](13_interview_drill.ipynb), comes after every lesson it asks about.
+# the interview drill, [lesson 14](14_interview_drill.ipynb), comes after every lesson it asks about.

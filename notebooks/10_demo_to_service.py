@@ -413,4 +413,4 @@ print("LATEST:", (snap / "LATEST").read_text())
 #
 # Next: [lesson 11](11_fused_decode_kernel.ipynb) writes the fused paged decode kernel that lessons 6 and 7 read
 # about; [lesson 12](12_prefix_caching.ipynb) shares cached prefixes between requests; then
-# [lesson 13, the interview drill](13_interview_drill.ipynb), which asks about every lesson before it.
+# [lesson 14, the interview drill](14_interview_drill.ipynb), which asks about every lesson before it.

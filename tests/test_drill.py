@@ -1,4 +1,4 @@
-"""The interview drill (notebooks/13_interview_drill): its shape as a drill, and content errors that must not return.
+"""The interview drill (notebooks/14_interview_drill): its shape as a drill, and content errors that must not return.
 
 Read from the stored notebook (its cells and printed outputs), so a rebuilt notebook is what is checked:
 
@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DRILL = ROOT / "notebooks" / "13_interview_drill.ipynb"
+DRILL = ROOT / "notebooks" / "14_interview_drill.ipynb"
 
 
 def _cells() -> list[dict]:

@@ -315,7 +315,7 @@ def test_exercise_02_is_linked_before_step_4_shows_the_slice():
 
 def test_drill_q13_receptive_field_is_32_times_4095():
     """Regression: Q13 said L x (W - 1) = 32 x 4096 for Mistral 7B; W - 1 is 4095 (lesson 0 has it right)."""
-    text = _lesson_text("13_interview_drill")
+    text = _lesson_text("14_interview_drill")
     q13 = text[text.find("### Q13"):text.find("### Q14")]
     assert q13.strip(), "the drill has no Q13 before a Q14 any more; update this test"
     assert not re.search(r"32 (×|x|\\times) 4096", q13), "Q13 multiplies by W, not W - 1"

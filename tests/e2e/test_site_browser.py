@@ -757,7 +757,7 @@ def test_the_drill_reads_as_a_drill(site, server, chromium, viewport):
     sizes in order (h1 > h2 > h3) at every width."""
     w = Watch(chromium, server, viewport=viewport)
     try:
-        page = w.goto(page_of(lesson("13")))
+        page = w.goto(page_of(lesson("14")))
         got = page.evaluate(DRILL_LAYOUT)
         page.screenshot(path=str(ARTIFACTS / f"drill_{viewport['width']}.png"))
         page.locator("details.swkv-answer summary").first.click()

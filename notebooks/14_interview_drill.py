@@ -9,7 +9,7 @@
 # ---
 
 # %% [markdown]
-# # Lesson 13 — Interview drill
+# # Lesson 14 — Interview drill
 #
 # **Time:** about 60 minutes to read, plus 55–95 to answer the nineteen questions aloud before you open each fold (3–5 minutes each). **You need:**
 # lessons 0–12; it comes last so that every question is about something taught (each answer says where its
