@@ -13,7 +13,8 @@ running ones. It has two ways to fill a step.
 3. runs **one** :meth:`~swkv_teach.model.Decoder.step_paged` over every running request
    that has a token to feed: row ``b`` at its own position (its own RoPE angles), its keys
    written into its own blocks of the shared pool, attention through its block-table row
-   with :func:`~swkv_teach.attention.paged_attention`;
+   with :func:`~swkv_teach.attention.paged_attention` (when a speculative row verifies drafts,
+   the rows differ in length: the varlen forward of the budget mode, below);
 4. **retires** finished requests and returns their blocks; blocks that left every
    request's window go back after each forward, so a long request holds at most
    ``ceil((W - 1) / block_size) + 1`` blocks while decoding.
@@ -77,15 +78,16 @@ request decodes by verifying: each step it drafts up to ``k`` tokens by prompt l
 same forward as every other row, with logits at all ``m + 1`` positions; it keeps the ``a`` drafts the
 target agrees with (greedy: the same tokens as plain decoding; sampled: the exact accept/reject
 rule, the same distribution) and one more token, the correction or the bonus. Its keys at positions
-``n .. n + m`` are written before anyone knows which are kept: the blocks for them are taken before
-the forward (they count against the pool and, with a budget, the ``m + 1`` tokens against it),
-``written`` then moves to ``n + a + 1``, and every block that holds only rejected positions goes
+``n .. n + m`` are written before anyone knows which are kept: their blocks are taken from the pool
+before the forward (and, with a budget, their ``m + 1`` tokens from the budget); ``written`` then
+moves to ``n + a + 1``, and every block that holds only rejected positions goes
 straight back to the pool. A rejected key left in a kept block is never read (no query looks past
 its own position) and the next forward overwrites it. Only blocks full of accepted tokens are hashed
 for the prefix cache. In the reserved mode the promise covers the ``k`` extra positions
-(:meth:`Scheduler.blocks_needed` with ``lookahead=k``); with a budget, drafts come after every
-decoding row's one token and are dropped, never paid for by preempting another request, when the
-pool is short. A preempted speculative row forgets its drafts and recomputes as any other.
+(:meth:`Scheduler.blocks_needed` with ``lookahead=k``). With a budget, drafts are a bonus: once every
+running row has its token or chunk, speculative rows draft into the budget and the free blocks left,
+before any waiting request is admitted; a draft never preempts anyone (where the pool is short, the
+row drafts fewer). A preempted speculative row forgets its drafts and recomputes as any other.
 
 This is how vLLM v1 does it (v0.34.0, the PyPI sdist). A request's drafts are part of the tokens it
 is scheduled for (``num_new_tokens = num_tokens_with_spec + num_output_placeholders -
@@ -102,8 +104,11 @@ query (``cu_num_logits``, ``vllm/v1/worker/gpu/model_runner.py`` lines 1497-1511
 ``vllm/v1/worker/gpu/input_batch.py`` lines 438-444); greedy verification accepts "IFF draft matches
 target argmax" (``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py`` line 618). After the
 step, ``num_computed_tokens -= num_rejected`` (``scheduler.py`` lines 2398-2408) and a preemption drops
-the drafts (``spec_token_ids = []``, line 1878). One difference: vLLM keeps the blocks taken for
-rejected drafts ("num_required_blocks may be smaller than num_req_blocks",
+the drafts (``spec_token_ids = []``, line 1878). Two differences. vLLM schedules a running
+request's drafts with its token, in the running list's order, so a row's drafts may take the budget
+or the blocks of a running row after it (which is then preempted); here drafts come after every
+running row. And vLLM
+keeps the blocks taken for rejected drafts ("num_required_blocks may be smaller than num_req_blocks",
 ``vllm/v1/core/single_type_kv_cache_manager.py`` lines 238-241) for the next step to fill; here they
 go back at once, so a request never holds a block with no accepted key.
 
@@ -489,6 +494,19 @@ class Scheduler:
         m = m if room is None else min(m, room)
         request.drafts = list(request.drafter.propose(request.output, m)[0]) if m > 0 else []
 
+    def _draft_within(self, request: Request, room: int, scheduled: dict) -> int:
+        """Add drafts to a scheduled decoding row, within ``room`` tokens and the pool's free blocks; how many.
+
+        Drafts are a bonus: they take the budget and blocks the running rows left (before any newcomer, as
+        vLLM schedules a running request's drafts before its waiting queue), and never preempt anyone.
+        """
+        self._draft(request, room)
+        while request.drafts and self._short(request, 1 + len(request.drafts)):
+            request.drafts.pop()
+        self._hold(request, request.written, request.written + 1 + len(request.drafts))
+        scheduled[request.id] = (request, 1 + len(request.drafts))
+        return len(request.drafts)
+
     def _forward(self, rows: list[tuple[Request, int]]) -> dict:
         """ONE decoder forward over ``rows`` ``(request, tokens fed)``; every row that reaches its last token picks.
 
@@ -569,16 +587,10 @@ class Scheduler:
         scheduled: dict[int, tuple[Request, int]] = {}  # id -> (request, tokens), in scheduling order
         preempted = 0
         decoding = [r for r in self.running if r.written >= r.prefill_end]
-        for j, r in enumerate(decoding + [r for r in self.running if r.written < r.prefill_end]):
+        for r in decoding + [r for r in self.running if r.written < r.prefill_end]:
             if budget == 0 or r not in self.running:
                 continue
             n = min(r.num_tokens - r.written, budget, chunk_cap)
-            if j < len(decoding) and r.drafter is not None:
-                # drafts after every decoding row's one token: leave one for each decoding row after this one
-                self._draft(r, min(budget, chunk_cap) - 1 - (len(decoding) - 1 - j))
-                while r.drafts and self._short(r, 1 + len(r.drafts)):
-                    r.drafts.pop()  # drafts are a bonus: a speculative row never preempts another for them
-                n = 1 + len(r.drafts)
             while self._short(r, n):
                 victim = self.running[-1]  # the newest: first come, first served
                 if victim.id in scheduled:
@@ -591,6 +603,9 @@ class Scheduler:
                 self._hold(r, r.written, r.written + n)
                 scheduled[r.id] = (r, n)
                 budget -= n
+        for r, _ in list(scheduled.values()):
+            if r.drafter is not None and r.written >= r.prefill_end and budget > 0:
+                budget -= self._draft_within(r, min(budget, chunk_cap - 1), scheduled)
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_running:
             r = self.waiting[0]
             if r.max_new_tokens == 0:
