@@ -26,7 +26,8 @@ import swkv_teach.serving.scheduler as scheduler_module
 from swkv_teach import Decoder, DecoderConfig
 from swkv_teach.caches.prefix import block_hashes
 from swkv_teach.serving import Scheduler
-from swkv_teach.speculative import PromptLookup, accept_greedy, early_exit, speculative_generate
+from swkv_teach.speculative import PromptLookup, early_exit, speculative_generate
+from swkv_teach.store import LocalStore
 
 _MODELS: dict[tuple, Decoder] = {}
 
@@ -318,6 +319,46 @@ def test_a_draft_block_is_never_hashed():
         assert st_["spec_accepted"] == (st_["spec_drafted"] if right else 0)
         for i in range(2):
             assert s.finished[i].output == solo(decoder, dict(prompt=[1, 2, 3, 4, 5, 6, 7], max_new_tokens=14))
+
+
+class RecordingStore(LocalStore):
+    """A LocalStore that keeps what it was given: ``(hash, keys, values)`` per put."""
+
+    def __init__(self):
+        super().__init__(10**8)
+        self.given = []
+
+    def put_block(self, block_hash, layout, keys, values):
+        self.given.append((block_hash, keys.clone(), values.clone()))
+        super().put_block(block_hash, layout, keys, values)
+
+
+@pytest.mark.parametrize("budget", [None, 8])
+def test_the_store_gets_only_accepted_blocks_and_gives_them_back(budget):
+    """A pool of 10 blocks of 2 evicts to a store while speculative rows (a drafter always wrong, so every verify
+    writes rejected keys) decode 16 tokens past 13-token prompts: every block the store received is a full block
+    of accepted tokens with their keys; a second scheduler on the same store hits them and gives plain tokens."""
+    decoder, store = tiny(window=6), RecordingStore()
+    prompts = [[(3 * i + j) % 10 for j in range(13)] for i in range(4)]
+    first = Scheduler(decoder, 10, 2, token_budget=budget, prefix_caching=True, store=store)
+    for p in prompts:
+        first.submit(p, 16, speculative=RightFor(4, right=0))
+        assert drive(first)[first._ids - 1] == solo(decoder, dict(prompt=p, max_new_tokens=16))
+    assert first.stats()["spec_drafted"] > 0 and first.stats()["spec_accepted"] == 0
+    assert store.given, "nothing was evicted to the store"
+    audit = first.audit
+    accepted = {h: (tuple(r.output[: (i + 1) * 2]), i) for r in first.finished.values()
+                for i, h in enumerate(block_hashes(r.output, 2))}
+    for h, keys, values in store.given:
+        assert h in accepted, "the store got a block hashed from tokens no request accepted"
+        tokens, i = accepted[h]
+        ref = audit._keys(tokens)
+        assert torch.allclose(keys, torch.stack([k[i] for k, _ in ref]), atol=1e-6)
+        assert torch.allclose(values, torch.stack([v[i] for _, v in ref]), atol=1e-6)
+    second = Scheduler(decoder, 10, 2, token_budget=budget, prefix_caching=True, store=store)
+    second.submit(prompts[0], 16, speculative=PromptLookup(3))
+    assert drive(second)[0] == solo(decoder, dict(prompt=prompts[0], max_new_tokens=16))
+    assert second.stats()["store_hit_blocks"] > 0
 
 
 def test_blocks_needed_counts_the_lookahead():
