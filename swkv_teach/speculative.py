@@ -38,8 +38,8 @@ from swkv_teach._validate import check_positive_int
 from swkv_teach.caches import RingBufferKVCache
 from swkv_teach.model import Decoder, LayerCaches
 
-__all__ = ["DraftModel", "Drafter", "PromptLookup", "SpeculativeStats", "accept_greedy", "accept_sampled", "early_exit",
-           "probabilities", "speculative_generate", "verify"]
+__all__ = ["DraftModel", "Drafter", "PromptLookup", "SpeculativeStats", "accept", "accept_greedy", "accept_sampled",
+           "early_exit", "probabilities", "speculative_generate", "verify"]
 
 
 # --------------------------------------------------------------------------- distributions
@@ -97,6 +97,20 @@ def accept_sampled(p: torch.Tensor, drafts: list[int], q: torch.Tensor | None, g
             residual = p[i]
         return i, int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
     return len(drafts), int(torch.multinomial(p[len(drafts)], 1, generator=generator))
+
+
+def accept(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None = None, temperature: float = 0.0,
+           top_k: int | None = None, generator=None) -> tuple[int, int]:
+    """``(a, token)`` from a verify's ``logits`` ``(m + 1, vocab)``: :func:`accept_greedy` at ``temperature=0``,
+    else :func:`accept_sampled` on the distributions ``Decoder.generate`` samples from.
+
+    The one rule :func:`verify` (a ring, batch 1) and the scheduler's speculative rows
+    (:mod:`swkv_teach.serving.scheduler`, a paged pool) both apply. ``drafts`` may be empty: then it is a
+    plain pick from row 0.
+    """
+    if temperature == 0:
+        return accept_greedy(logits, drafts)
+    return accept_sampled(probabilities(logits, temperature, top_k), drafts, q, generator)
 
 
 # --------------------------------------------------------------------------- drafters
@@ -280,10 +294,7 @@ def verify(model: Decoder, caches, pending: int, drafts: list[int], q: torch.Ten
                              f"build the caches with lookahead >= {m}")
     device = next(model.parameters()).device
     logits = model.step(torch.tensor([[pending, *drafts]], device=device), caches)[0]  # (m + 1, vocab)
-    if temperature == 0:
-        a, token = accept_greedy(logits, drafts)
-    else:
-        a, token = accept_sampled(probabilities(logits, temperature, top_k), drafts, q, generator)
+    a, token = accept(logits, drafts, q, temperature, top_k, generator)
     for cache in caches:
         cache.rollback(m - a)
     return a, token

@@ -8,6 +8,7 @@ import torch
 
 from swkv_teach._validate import check_positive_int
 from swkv_teach.caches.prefix import PrefixCache
+from swkv_teach.speculative import PromptLookup, SpeculativeStats
 
 __all__ = ["Request", "ServingBlocks"]
 
@@ -31,10 +32,18 @@ class Request:
     cached: int = 0  # logical blocks already offered to the prefix cache
     prefill_end: int = 0  # tokens to compute before decoding (set when it is read from the queue)
     preemptions: int = 0
+    drafter: PromptLookup | None = None  # its own copy: a speculative row; None: a plain one
+    drafts: list[int] = field(default_factory=list)  # drafts scheduled for this step's verify (not yet accepted)
+    spec: SpeculativeStats | None = None  # rounds, drafted, accepted, examined (speculative rows)
 
     @property
     def done(self) -> bool:
         return len(self.tokens) >= self.max_new_tokens
+
+    @property
+    def lookahead(self) -> int:
+        """Drafts a verify may add to its one token: ``k`` for a speculative row, 0 for a plain one."""
+        return 0 if self.drafter is None else self.drafter.k
 
     @property
     def num_tokens(self) -> int:

@@ -13,7 +13,8 @@ running ones. It has two ways to fill a step.
 3. runs **one** :meth:`~swkv_teach.model.Decoder.step_paged` over every running request
    that has a token to feed: row ``b`` at its own position (its own RoPE angles), its keys
    written into its own blocks of the shared pool, attention through its block-table row
-   with :func:`~swkv_teach.attention.paged_attention`;
+   with :func:`~swkv_teach.attention.paged_attention` (when a speculative row verifies drafts,
+   the rows differ in length: the varlen forward of the budget mode, below);
 4. **retires** finished requests and returns their blocks; blocks that left every
    request's window go back after each forward, so a long request holds at most
    ``ceil((W - 1) / block_size) + 1`` blocks while decoding.
@@ -71,13 +72,55 @@ differs: it caches a block when it is scheduled (``KVCacheManager.allocate_slots
 v0.33.0, called for each waiting request in turn, ``scheduler.py`` line 1435), so a duplicate
 scheduled later in the same step hits it.
 
+**Speculative rows (``submit(..., speculative=PromptLookup(k))``, either mode).** A speculative
+request decodes by verifying: each step it drafts up to ``k`` tokens by prompt lookup
+(:mod:`swkv_teach.speculative`) and feeds ``[pending, d1 .. dm]`` as one row of ``m + 1`` tokens in the
+same forward as every other row, with logits at all ``m + 1`` positions; it keeps the ``a`` drafts the
+target agrees with (greedy: the same tokens as plain decoding; sampled: the exact accept/reject
+rule, the same distribution) and one more token, the correction or the bonus. Its keys at positions
+``n .. n + m`` are written before anyone knows which are kept: their blocks are taken from the pool
+before the forward (and, with a budget, their ``m + 1`` tokens from the budget); ``written`` then
+moves to ``n + a + 1``, and every block that holds only rejected positions goes
+straight back to the pool. A rejected key left in a kept block is never read (no query looks past
+its own position) and the next forward overwrites it. Only blocks full of accepted tokens are hashed
+for the prefix cache. In the reserved mode the promise covers the ``k`` extra positions
+(:meth:`Scheduler.blocks_needed` with ``lookahead=k``). With a budget, drafts are a bonus: once every
+running row has its token or chunk, speculative rows draft into the budget and the free blocks left,
+before any waiting request is admitted; a draft never preempts anyone (where the pool is short, the
+row drafts fewer). A preempted speculative row forgets its drafts and recomputes as any other.
+
+This is how vLLM v1 does it (v0.34.0, the PyPI sdist). A request's drafts are part of the tokens it
+is scheduled for (``num_new_tokens = num_tokens_with_spec + num_output_placeholders -
+num_computed_tokens``, cut to the token budget, and the drafts cut with it:
+``spec_token_ids[:num_scheduled_spec_tokens]``; ``vllm/v1/core/sched/scheduler.py`` lines 855-864 and
+1026-1037), so ``allocate_slots`` takes blocks for them; its separate ``num_lookahead_tokens``
+(``vllm/v1/core/kv_cache_manager.py`` lines 407, 571-574) is for drafters that write keys of their
+own, such as EAGLE, and is 0 for n-gram drafting (``SpeculatorConfig.num_lookahead_tokens``,
+``vllm/v1/worker/gpu/spec_decode/speculator_config.py`` line 111). Blocks are cached only up to
+``request.num_tokens``, "ensuring only finalized tokens are cached", never drafts (``kv_cache_manager.py``
+lines 637-646). A row with ``m`` drafts gets ``m + 1`` logits, at the last ``m + 1`` positions of its
+query (``cu_num_logits``, ``vllm/v1/worker/gpu/model_runner.py`` lines 1497-1511;
+``logits_start = query_end - num_logits`` in ``_combine_sampled_and_draft_tokens_kernel``,
+``vllm/v1/worker/gpu/input_batch.py`` lines 438-444); greedy verification accepts "IFF draft matches
+target argmax" (``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py`` line 618). After the
+step, ``num_computed_tokens -= num_rejected`` (``scheduler.py`` lines 2398-2408) and a preemption drops
+the drafts (``spec_token_ids = []``, line 1878). Two differences. vLLM schedules a running
+request's drafts with its token, in the running list's order, so a row's drafts may take the budget
+or the blocks of a running row after it (which is then preempted); here drafts come after every
+running row. And vLLM
+keeps the blocks taken for rejected drafts ("num_required_blocks may be smaller than num_req_blocks",
+``vllm/v1/core/single_type_kv_cache_manager.py`` lines 238-241) for the next step to fill; here they
+go back at once, so a request never holds a block with no accepted key.
+
 Window convention: :mod:`swkv_teach.masks`.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import deque
+
 import torch
 
 from swkv_teach._validate import check_nonnegative_int, check_positive_int
@@ -85,6 +128,7 @@ from swkv_teach.caches.pool import blocks_spanned
 from swkv_teach.caches.prefix import find_longest_cache_hit, hash_block_tokens
 from swkv_teach.serving.forward import step_varlen
 from swkv_teach.serving.requests import Request, ServingBlocks
+from swkv_teach.speculative import PromptLookup, SpeculativeStats, accept
 
 __all__ = ["Request", "Scheduler", "ServingBlocks", "serve"]
 
@@ -106,7 +150,8 @@ class Scheduler:
     ``trace`` gets one dict per :meth:`step`: ``step``, ``running``, ``waiting``,
     ``used_blocks`` (held now), ``reserved_blocks`` (promised; 0 with a token budget),
     ``prefilled`` (requests that computed prompt tokens this step), ``decoded`` (decoding rows),
-    ``prefill_tokens``, ``decode_tokens``, ``preempted`` (requests preempted this step), ``seconds``.
+    ``prefill_tokens``, ``decode_tokens`` (drafts verified included), ``preempted`` (requests preempted
+    this step), ``drafted`` and ``accepted`` (speculative rows' drafts verified and kept), ``seconds``.
     """
 
     def __init__(self, decoder, num_blocks: int, block_size: int = 16, max_running: int = 16,
@@ -148,33 +193,43 @@ class Scheduler:
         self.trace: list[dict] = []
         self._ids = 0
         self._stats = dict.fromkeys(("prefix_query_tokens", "prefix_hit_tokens", "prefill_tokens_computed",
-                                     "preemptions", "store_hit_blocks", "store_put_blocks"), 0)
+                                     "preemptions", "store_hit_blocks", "store_put_blocks", "spec_rounds",
+                                     "spec_drafted", "spec_accepted", "spec_examined"), 0)
 
     # ------------------------------------------------------------------ requests
-    def blocks_needed(self, prompt_len: int, max_new_tokens: int) -> int:
+    def blocks_needed(self, prompt_len: int, max_new_tokens: int, lookahead: int = 0) -> int:
         """The most blocks a request holds at once (what admission promises it in the reserved mode).
 
         Its keys are written at positions ``0 .. prompt_len + max_new_tokens - 2`` (the last
-        new token is never fed back). A forward of ``c`` tokens at position ``n`` needs keys
-        ``n - W + 1 .. n + c - 1``: ``W + c - 1`` consecutive positions, spread over at most
-        ``ceil((W + c - 2) / block_size) + 1`` blocks, and never more blocks than the
-        positions ever written fill. With a token budget ``c`` is at most the budget, and a
-        preempted request recomputes its prompt and new tokens as one prefill.
+        new token is never fed back; a verify never drafts past that). A forward of ``c`` tokens
+        at position ``n`` needs keys ``n - W + 1 .. n + c - 1``: ``W + c - 1`` consecutive
+        positions, spread over at most ``ceil((W + c - 2) / block_size) + 1`` blocks, and never
+        more blocks than the positions ever written fill. A speculative row with ``lookahead=k``
+        verifies ``c = k + 1`` tokens: ``k`` positions more than a plain decode's ``W``. With a
+        token budget ``c`` is at most the budget (drafts included), and a preempted request
+        recomputes its prompt and new tokens as one prefill.
         """
+        check_nonnegative_int("lookahead", lookahead)
         if max_new_tokens == 0:
             return 0
         bs, W = self.pool.block_size, self.window_size
         written = prompt_len + max_new_tokens - 1
         if self.token_budget is None:
             chunk = prompt_len if self.prefill_chunk is None else min(self.prefill_chunk, prompt_len)
+            chunk = max(chunk, 1 + lookahead)
         else:
             chunk = min(self.token_budget, self.prefill_chunk or written, written)
         span = min(written, W + chunk - 1)
         return min(-(-written // bs), blocks_spanned(span, bs))
 
     def submit(self, prompt, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
-               seed: int | None = None) -> int:
-        """Queue a request; returns its id. ``prompt``: token ids (list or 1-D long tensor)."""
+               seed: int | None = None, speculative: PromptLookup | None = None) -> int:
+        """Queue a request; returns its id. ``prompt``: token ids (list or 1-D long tensor).
+
+        ``speculative``: a :class:`~swkv_teach.speculative.PromptLookup` makes it a speculative row
+        (the module docstring): up to ``k`` drafts verified per step, greedy or sampled (the exact
+        accept/reject rule). The request drafts with its own copy, so one drafter may serve many.
+        """
         ids = prompt.tolist() if isinstance(prompt, torch.Tensor) else list(prompt)
         self.decoder._check_ids("prompt", torch.tensor([ids], dtype=torch.long))
         check_nonnegative_int("max_new_tokens", max_new_tokens)
@@ -182,22 +237,41 @@ class Scheduler:
             raise ValueError(f"temperature must be a number >= 0 (0 = greedy); got {temperature!r}")
         if top_k is not None:
             check_positive_int("top_k", top_k)
-        need = self.blocks_needed(len(ids), max_new_tokens)
+        drafter = self._own_drafter(speculative)
+        lookahead = 0 if drafter is None else drafter.k
+        need = self.blocks_needed(len(ids), max_new_tokens, lookahead)
         if need > self.pool.num_blocks:
             chunk = (f"token budget {self.token_budget}" if self.token_budget else
-                     f"prefill chunks of {self.prefill_chunk or len(ids)} tokens")
+                     f"prefill chunks of {self.prefill_chunk or len(ids)} tokens"
+                     + (f", verifies of {lookahead + 1}" if lookahead else ""))
             raise ValueError(
                 f"this request can never fit the pool: a prompt of {len(ids)} tokens and {max_new_tokens} new "
                 f"tokens with window {self.window_size} and {chunk} hold up to {need} blocks of "
                 f"{self.pool.block_size} tokens at once, but the pool has {self.pool.num_blocks}; build a larger pool"
                 + ("" if self.prefill_chunk else " or pass a smaller prefill_chunk")
             )
-        request = Request(ids, max_new_tokens, temperature, top_k, seed, id=self._ids)
+        request = Request(ids, max_new_tokens, temperature, top_k, seed, id=self._ids, drafter=drafter,
+                          spec=None if drafter is None else SpeculativeStats())
+        if drafter is not None:
+            drafter.begin(self.decoder, ids)
         if seed is not None:
             request.generator = torch.Generator(device=self.device).manual_seed(check_nonnegative_int("seed", seed))
         self._ids += 1
         self.waiting.append(request)
         return request.id
+
+    @staticmethod
+    def _own_drafter(speculative) -> PromptLookup | None:
+        """A copy of ``speculative`` for one request (checked first: nothing changes on a refusal)."""
+        if speculative is None:
+            return None
+        if not isinstance(speculative, PromptLookup):
+            raise ValueError(
+                f"speculative must be a PromptLookup(k) (drafts copied from the request's own tokens) or None; got "
+                f"{type(speculative).__name__}: a draft model (DraftModel, early_exit) keeps a ring of its own per "
+                f"sequence, beside the pool, which a scheduler row does not carry")
+        check_positive_int("speculative.k", speculative.k)
+        return copy.deepcopy(speculative)  # a drafter may keep state per sequence: never share one between rows
 
     def stats(self) -> dict:
         """Counters of the run so far (with a store, its ``stats()`` merged in).
@@ -208,7 +282,11 @@ class Scheduler:
         counts hits); ``prefill_tokens_computed``: the rest, computed (hits + computed = queried: a
         request preempted in the middle of its prefill takes back the part it never computed);
         ``cached_blocks_evicted``; ``preemptions``; ``store_hit_blocks`` (copied from the store),
-        ``store_put_blocks`` (written to it).
+        ``store_put_blocks`` (written to it). Speculative rows, as
+        :class:`~swkv_teach.speculative.SpeculativeStats` counts them (each request's own are in its
+        ``spec``): ``spec_rounds`` (verifies), ``spec_drafted``, ``spec_accepted``, ``spec_examined``
+        (accepted plus the rejections that ended a round: ``spec_accepted / spec_examined`` is the
+        acceptance rate ``α``).
         """
         out = {**self._stats, "cached_blocks_evicted": self.pool.evictions, "cached_blocks": self.pool.cached_blocks}
         if self.store is not None:
@@ -265,6 +343,16 @@ class Scheduler:
         request.table[:first_needed] = [-1] * min(first_needed, len(request.table))
         self._give(gone)
 
+    def _drop_rejected(self, request: Request) -> None:
+        """Return the blocks that hold only rejected drafts' keys (every position ``>= written``).
+
+        A rejected key in a kept block (the one holding ``written - 1``) needs no care: no query reads
+        past its own position, and the next forward writes its token at ``written`` over it.
+        """
+        keep = -(-request.written // self.pool.block_size)  # blocks holding some position < written
+        self._give([b for b in request.table[keep:] if b >= 0])
+        del request.table[keep:]
+
     def _give(self, blocks: list[int]) -> None:
         """Drop one hold on each of ``blocks`` (a request's, in its order): with prefix caching the last first,
         as vLLM (a request's tail is its least shared part, so it should be evicted first); without, in
@@ -289,6 +377,7 @@ class Scheduler:
         if request.written < request.prefill_end:  # its prefill's unread part was never computed: un-query it
             self._stats["prefix_query_tokens"] -= request.prefill_end - request.written
         request.written = request.cached = 0
+        request.drafts = []  # as vLLM's _preempt_request (spec_token_ids = []): drafted again after the recompute
         request.preemptions += 1
         self.running.remove(request)
         self.waiting.appendleft(request)
@@ -379,7 +468,7 @@ class Scheduler:
         admitted = []
         while self.waiting and len(self.running) < self.max_running:
             request = self.waiting[0]
-            need = self.blocks_needed(len(request.prompt), request.max_new_tokens)
+            need = self.blocks_needed(len(request.prompt), request.max_new_tokens, request.lookahead)
             if self._reserved() + need > self.pool.num_blocks:
                 break  # first come, first served: later requests wait behind it
             self.waiting.popleft()
@@ -393,19 +482,105 @@ class Scheduler:
             admitted.append(request)
         return admitted
 
+    def _draft(self, request: Request, room: int | None = None) -> None:
+        """Schedule up to ``room`` drafts (None: no bound but ``k``) for a decoding ``request``; none for a plain row.
+
+        Never more than ``k``, and never past ``max_new_tokens``: a verify of ``m`` drafts emits up to
+        ``m + 1`` tokens (the accepted ones and the correction or bonus), as ``speculative_generate``.
+        """
+        if request.drafter is None:
+            return
+        m = min(request.drafter.k, request.max_new_tokens - len(request.tokens) - 1)
+        m = m if room is None else min(m, room)
+        request.drafts = list(request.drafter.propose(request.output, m)[0]) if m > 0 else []
+
+    def _draft_within(self, request: Request, room: int, scheduled: dict) -> int:
+        """Add drafts to a scheduled decoding row, within ``room`` tokens and the pool's free blocks; how many.
+
+        Drafts are a bonus: they take the budget and blocks the running rows left (before any newcomer, as
+        vLLM schedules a running request's drafts before its waiting queue), and never preempt anyone.
+        """
+        self._draft(request, room)
+        while request.drafts and self._short(request, 1 + len(request.drafts)):
+            request.drafts.pop()
+        self._hold(request, request.written, request.written + 1 + len(request.drafts))
+        scheduled[request.id] = (request, 1 + len(request.drafts))
+        return len(request.drafts)
+
+    def _forward(self, rows: list[tuple[Request, int]]) -> dict:
+        """ONE decoder forward over ``rows`` ``(request, tokens fed)``; every row that reaches its last token picks.
+
+        A row feeds ``output[written : written + n]``, a speculative decoding row ``[pending, *drafts]``
+        (``n = 1 + m``). Logits are computed where a token is chosen: a row's last position, and each of a
+        verifying row's ``m + 1`` (vLLM's ``logits_indices``, ``m + 1`` of them for a row with ``m`` drafts).
+        Returns the step's ``drafted`` and ``accepted`` counts.
+        """
+        requests = [r for r, _ in rows]
+        table, start = self._table(requests), torch.tensor([r.written for r in requests])
+        if all(n == 1 and r.tokens and r.written + 1 == r.num_tokens for r, n in rows):
+            # every row decodes one token: the varlen forward with all query lengths 1 is step_paged's (B, 1) batch
+            # (step_varlen would take the same path, after building what it needs to find that out)
+            ids = torch.tensor([[r.tokens[-1]] for r in requests], dtype=torch.long, device=self.device)
+            logits = self.decoder.step_paged(ids, start, self.kv, table, self.window_size)[:, -1]  # (B, vocab)
+            first = {r.id: b for b, r in enumerate(requests)}
+        else:
+            ids, cu, pick_at, first = [], [0], [], {}
+            for r, n in rows:
+                m = len(r.drafts)
+                ids.extend(r.output[r.written : r.written + n - m] + r.drafts)
+                cu.append(cu[-1] + n)
+                if r.written + n - m == r.num_tokens:  # its chunk reaches its last token: it chooses
+                    first[r.id] = len(pick_at)
+                    pick_at.extend(range(cu[-1] - 1 - m, cu[-1]))
+            logits = step_varlen(self.decoder, torch.tensor(ids, dtype=torch.long, device=self.device),
+                                 torch.tensor(cu, dtype=torch.int32), start, self.kv, table, self.window_size,
+                                 torch.tensor(pick_at, dtype=torch.long, device=self.device))
+        counts, picking = {"drafted": 0, "accepted": 0}, []
+        for r, n in rows:
+            if r.id in first and r.drafter is not None and r.written >= r.prefill_end:  # a speculative decoding row
+                self._verified(r, logits[first[r.id] : first[r.id] + 1 + len(r.drafts)], counts)
+                continue
+            self._after_forward(r, n)
+            if r.id in first:
+                picking.append(r)
+        if picking:
+            self._pick(logits[[first[r.id] for r in picking]], picking)
+        return counts
+
+    def _verified(self, request: Request, logits: torch.Tensor, counts: dict) -> None:
+        """Keep what the target accepts of ``request``'s drafts (``logits`` ``(m + 1, vocab)``), give the rest back.
+
+        The keys of ``pending`` and of the ``a`` accepted drafts stay (``written`` moves ``a + 1``); blocks
+        now holding only rejected keys return to the pool. With prefix caching only blocks full of
+        accepted tokens are hashed (``_after_forward`` hashes below ``written``, never a draft's block).
+        """
+        drafts, r = request.drafts, request
+        a, token = accept(logits, drafts, None, r.temperature, r.top_k, r.generator)
+        if drafts:
+            r.drafter.accepted(a)
+        examined = a + (a < len(drafts))
+        for key, value in (("rounds", 1), ("drafted", len(drafts)), ("accepted", a), ("examined", examined)):
+            setattr(r.spec, key, getattr(r.spec, key) + value)
+            self._stats[f"spec_{key}"] += value
+        counts["drafted"] += len(drafts)
+        counts["accepted"] += a
+        r.tokens += drafts[:a] + [token]
+        r.drafts = []
+        self._after_forward(r, 1 + a)
+        self._drop_rejected(r)
+
     def _step_reserved(self) -> dict:
         admitted = self._admit()
         rows = [r for r in self.running if not r.done and r not in admitted]
+        counts = {"drafted": 0, "accepted": 0}
+        for r in rows:
+            self._draft(r)  # the promise covers k more positions (blocks_needed): no other bound
+            self._hold(r, r.written, r.written + 1 + len(r.drafts))
+        fed = [(r, 1 + len(r.drafts)) for r in rows]
         if rows:
-            for r in rows:
-                self._hold(r, r.written, r.written + 1)
-            ids = torch.tensor([[r.tokens[-1]] for r in rows], dtype=torch.long, device=self.device)
-            start = torch.tensor([r.written for r in rows])
-            logits = self.decoder.step_paged(ids, start, self.kv, self._table(rows), self.window_size)
-            for r in rows:
-                self._after_forward(r, 1)
-            self._pick(logits[:, -1], rows)
-        return {"prefilled": len(admitted), "decoded": len(rows), "preempted": 0, "decode_tokens": len(rows)}
+            counts = self._forward(fed)
+        return {"prefilled": len(admitted), "decoded": len(rows), "preempted": 0,
+                "decode_tokens": sum(n for _, n in fed), **counts}
 
     def _step_budget(self) -> dict:
         budget, chunk_cap = self.token_budget, self.prefill_chunk or self.token_budget
@@ -428,6 +603,9 @@ class Scheduler:
                 self._hold(r, r.written, r.written + n)
                 scheduled[r.id] = (r, n)
                 budget -= n
+        for r, _ in list(scheduled.values()):
+            if r.drafter is not None and r.written >= r.prefill_end and budget > 0:
+                budget -= self._draft_within(r, min(budget, chunk_cap - 1), scheduled)
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_running:
             r = self.waiting[0]
             if r.max_new_tokens == 0:
@@ -448,36 +626,17 @@ class Scheduler:
             scheduled[r.id] = (r, n)
             budget -= n
         rows = list(scheduled.values())
-        stats = {"prefilled": 0, "decoded": 0, "preempted": preempted, "decode_tokens": 0, "prefill_tokens": 0}
+        stats = {"prefilled": 0, "decoded": 0, "preempted": preempted, "decode_tokens": 0, "prefill_tokens": 0,
+                 "drafted": 0, "accepted": 0}
         if not rows:
             return stats
-        table, start = self._table([r for r, _ in rows]), torch.tensor([r.written for r, _ in rows])
-        if all(n == 1 and r.tokens and r.written + 1 == r.num_tokens for r, n in rows):
-            # every row decodes: the varlen forward with all query lengths 1 is step_paged's (B, 1) batch
-            # (step_varlen would take the same path, after building what it needs to find that out)
-            ids = torch.tensor([[r.tokens[-1]] for r, _ in rows], dtype=torch.long, device=self.device)
-            logits = self.decoder.step_paged(ids, start, self.kv, table, self.window_size)[:, -1]
-            picking = [r for r, _ in rows]
-        else:
-            ids, cu, pick_at, picking = [], [0], [], []
-            for r, n in rows:
-                ids.extend(r.output[r.written : r.written + n])
-                cu.append(cu[-1] + n)
-                if r.written + n == r.num_tokens:
-                    pick_at.append(cu[-1] - 1)
-                    picking.append(r)
-            logits = step_varlen(self.decoder, torch.tensor(ids, dtype=torch.long, device=self.device),
-                                 torch.tensor(cu, dtype=torch.int32), start, self.kv, table, self.window_size,
-                                 torch.tensor(pick_at, dtype=torch.long, device=self.device))
         for r, n in rows:
             decoding = r.written >= r.prefill_end
             stats["decode_tokens" if decoding else "prefill_tokens"] += n
             stats["decoded" if decoding else "prefilled"] += 1
             if not decoding:
                 self._stats["prefill_tokens_computed"] += n
-            self._after_forward(r, n)
-        if picking:
-            self._pick(logits, picking)
+        stats.update(self._forward(rows))
         return stats
 
     @torch.no_grad()
