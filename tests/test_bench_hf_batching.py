@@ -57,6 +57,9 @@ def test_rows_are_the_four_servers_with_their_counts(result, shipped):
     assert rows["course"]["prefix_hit_tokens"] == 0 and rows["hf"]["prefix_hit_tokens"] == 0
     assert 0 < rows["course+prefix"]["prompt_tokens_computed"] < rows["course"]["prompt_tokens_computed"]
     assert rows["course"]["ratio_to_course"] == 1.0 and rows["hf"]["ratio_to_course"] > 0
+    # HF rows are also put beside the course's server doing the same thing
+    assert [r["ratio_to_counterpart"] is None for r in rows.values()] == [True, True, False, False]
+    assert len(result["env"]["load_average"]["before"]) == 3
     text = hb.table(result)
     for name in hb.SERVERS:
         assert f"\n{name} " in text
@@ -166,6 +169,13 @@ def test_full_attention_is_refused_where_the_chat_outgrows_the_window(shipped):
 def test_servers_must_be_distinct_known_names(shipped, servers):
     with pytest.raises(ValueError, match=r"servers must be distinct names from .*got"):
         hb.compare(*shipped, servers=servers, **TINY)
+
+
+@pytest.mark.parametrize("bad,match", [(dict(repeats=0), "repeats"), (dict(turns=0), "turns"),
+                                       (dict(attn_implementation="eager"), "attn_implementation must be 'sdpa' or")])
+def test_bad_settings_are_named(shipped, bad, match):
+    with pytest.raises(ValueError, match=match):
+        hb.compare(*shipped, **{**TINY, **bad})
 
 
 def test_without_continuous_batching_the_hf_rows_are_left_out_with_a_note(shipped, monkeypatch):

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -70,13 +71,16 @@ from pathlib import Path
 
 import torch
 
-from swkv_teach.bench.hf_server import TOKEN_BUDGET, HFServer
+from swkv_teach._validate import check_positive_int
+from swkv_teach.bench.hf_server import HFServer
 from swkv_teach.bench.measure import ForwardClock, Summary
+from swkv_teach.bench.serving import TOKEN_BUDGET
 
-__all__ = ["HFServer", "SECTION", "SERVERS", "compare", "hf_batching_missing", "main", "section", "section_table",
-           "table"]
+__all__ = ["COUNTERPART", "HFServer", "SECTION", "SERVERS", "compare", "hf_batching_missing", "main", "section",
+           "section_table", "table"]
 
 SERVERS = ("course", "course+prefix", "hf", "hf+sharing")
+COUNTERPART = {"hf": "course", "hf+sharing": "course+prefix"}  # the course's server doing the same thing
 
 
 def hf_batching_missing() -> str | None:
@@ -159,11 +163,13 @@ def compare(decoder=None, tokenizer=None, conversations: int = 8, turns: int = 3
     Returns:
         ``{"rows": [{server, tokens_per_s, cpu_tokens_per_s ({median, min, max, samples}: new tokens per wall
         second, per process CPU second), ratio_to_course (median over repeats of the course's CPU seconds / this
-        server's, the two taken back to back), wall_s, cpu_s, model_s (medians), seconds ({wall, cpu, model}:
-        the samples), new_tokens, prompt_tokens,
-        prompt_tokens_computed, prefix_hit_tokens, forwards, forward_tokens, threads, agree_with_generate,
-        same_as_course ({agree, requests, prompts_differ, first_divergence}; None without a course row), and for
-        HF block_sharing_used, default_threads, scores_dense, scores_rows}], "env", "config", "notes"}``.
+        server's, the two taken back to back), ratio_to_counterpart (the same against the course's server doing
+        what this one does, :data:`COUNTERPART`: HF rows only), wall_s, cpu_s, model_s (and prepare_s for HF:
+        medians), seconds (the samples of each), new_tokens, prompt_tokens, prompt_tokens_computed,
+        prefix_hit_tokens, forwards, forward_tokens, threads, agree_with_generate, same_as_course ({agree, requests,
+        prompts_differ, first_divergence}; None without a course row), and for HF block_sharing_used,
+        default_threads, scores_dense, scores_rows}], "env" (torch, transformers, threads, load_average {before,
+        after}: os.getloadavg(), cpu_count), "config", "notes"}``.
         Without transformers (or without its continuous batching) the HF rows are left out and a note says why.
     """
     from swkv_teach.pretrained import load_pretrained
@@ -172,6 +178,12 @@ def compare(decoder=None, tokenizer=None, conversations: int = 8, turns: int = 3
     servers = list(servers)
     if not servers or any(s not in SERVERS for s in servers) or len(set(servers)) < len(servers):
         raise ValueError(f"servers must be distinct names from {SERVERS}; got {servers!r}")
+    for name, value in (("conversations", conversations), ("turns", turns), ("max_new_tokens", max_new_tokens),
+                        ("repeats", repeats)):
+        check_positive_int(name, value)
+    if attn_implementation not in ("sdpa", "paged|eager"):
+        raise ValueError(f"attn_implementation must be 'sdpa' or 'paged|eager' (what transformers' continuous "
+                         f"batching runs on a CPU); got {attn_implementation!r}")
     if decoder is None or tokenizer is None:
         loaded, tok = load_pretrained(name=checkpoint)
         decoder, tokenizer = decoder or loaded, tokenizer or tok
@@ -197,6 +209,7 @@ def compare(decoder=None, tokenizer=None, conversations: int = 8, turns: int = 3
         return HFServer(model, server == "hf+sharing", block_size, num_blocks, token_budget, max_running,
                         max_new_tokens, threads)
 
+    load = {"before": os.getloadavg()}  # 1, 5, 15 minutes: how busy the machine was
     previous = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -228,6 +241,7 @@ def compare(decoder=None, tokenizer=None, conversations: int = 8, turns: int = 3
                         "prompt_tokens_computed", "prefix_hit_tokens", "forwards", "forward_tokens", "threads",
                         "default_threads", "block_sharing_used", "scores_dense", "scores_rows")}
                     samples[server]["prepare"].append(st["prepare_s"])
+        load["after"] = os.getloadavg()
         solo = {s: _solo(decoder, outputs[s]) for s in servers}
     finally:
         torch.set_num_threads(previous)
@@ -240,11 +254,13 @@ def compare(decoder=None, tokenizer=None, conversations: int = 8, turns: int = 3
                "cpu_tokens_per_s": Summary.of(cpu_tps).as_dict(),
                **{f"{k}_s": statistics.median(v) for k, v in smp.items()}, "seconds": smp,
                "new_tokens": out["new_tokens"], "prompt_tokens": out["prompt_tokens"], **counts[server],
-               "agree_with_generate": _agreement(out, solo[server]), "same_as_course": None, "ratio_to_course": None}
+               "agree_with_generate": _agreement(out, solo[server]), "same_as_course": None, "ratio_to_course": None,
+               "ratio_to_counterpart": None}
+        # each repeat's runs are taken back to back: their ratio sees the same load (bench/serving.py's rule)
+        for key, other in (("ratio_to_course", "course"), ("ratio_to_counterpart", COUNTERPART.get(server))):
+            if other in samples:
+                row[key] = statistics.median(b / c for b, c in zip(samples[other]["cpu"], smp["cpu"]))
         if "course" in outputs:
-            # each repeat's runs are taken back to back: their ratio sees the same load (bench/serving.py's rule)
-            base = samples["course"]["cpu"]
-            row["ratio_to_course"] = statistics.median(b / c for b, c in zip(base, smp["cpu"]))
             row["same_as_course"] = _agreement(out, outputs["course"])
         rows.append(row)
     try:
@@ -254,7 +270,8 @@ def compare(decoder=None, tokenizer=None, conversations: int = 8, turns: int = 3
     except ImportError:
         version = None
     return {"rows": rows, "notes": notes,
-            "env": {"torch": torch.__version__, "transformers": version, "threads": threads},
+            "env": {"torch": torch.__version__, "transformers": version, "threads": threads,
+                    "load_average": load, "cpu_count": os.cpu_count()},
             "config": {**workload, "repeats": repeats, "block_size": block_size, "num_blocks": num_blocks,
                        "token_budget": token_budget, "max_running": max_running, "window_size": W,
                        "checkpoint": checkpoint, "hf_sliding_window": hf_sliding_window,
@@ -285,7 +302,9 @@ def table(result: dict) -> str:
              f"{'' if cfg['hf_sliding_window'] else ', HF without a sliding window'}, fp32, "
              f"threads {env['threads']}, token budget {cfg['token_budget']}, blocks of {cfg['block_size']}, "
              f"<= {cfg['max_running']} requests a forward; transformers {env['transformers']} "
-             f"({cfg['attn_implementation']}); medians of {cfg['repeats']}",
+             f"({cfg['attn_implementation']}); medians of {cfg['repeats']}; load average "
+             f"{env['load_average']['before'][0]:.2f} -> {env['load_average']['after'][0]:.2f} on "
+             f"{env['cpu_count']} CPUs",
              f"{'server':<14}{'tok/s':>7}{'tok/cpu-s':>10}{'x course':>9}{'computed':>10}{'of':>6}{'hits':>6}"
              f"{'fwds':>6}{'model s':>8}{'other s':>8}  {'= generate':<11}{'= course':<10}"]
     rows = {r["server"]: r for r in result["rows"]}
@@ -312,8 +331,9 @@ def table(result: dict) -> str:
         if r is None:
             continue
         why = []
-        if (ratio := r["ratio_to_course"]) is not None:
-            why.append(f"{'the course' if ratio < 1 else name} ahead by {max(ratio, 1 / ratio):.2f}x (CPU time)")
+        if (ratio := r["ratio_to_counterpart"]) is not None:
+            ahead, behind = (COUNTERPART[name], name) if ratio < 1 else (name, COUNTERPART[name])
+            why.append(f"{ahead} ahead of {behind} by {max(ratio, 1 / ratio):.2f}x (CPU time)")
         if name == "hf+sharing" and not r["block_sharing_used"]:
             why.append("block sharing asked for, not used (a sliding-window layer never shares blocks)")
         why.append(f"building each batch in Python (prepare_next_batch + update_batch) {r['prepare_s']:.2f} s, "

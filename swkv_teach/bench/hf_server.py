@@ -15,10 +15,9 @@ import time
 import torch
 
 from swkv_teach.bench.measure import ForwardClock
+from swkv_teach.bench.serving import TOKEN_BUDGET
 
-__all__ = ["HFServer", "TOKEN_BUDGET"]
-
-TOKEN_BUDGET = 256  # the serving bench's budget (bench/serving.py): tokens per forward, both sides
+__all__ = ["HFServer"]
 
 
 class HFServer:
@@ -26,8 +25,18 @@ class HFServer:
     calls on a :class:`~swkv_teach.serving.Scheduler`: ``submit`` (queued here) and ``run`` (hands the queue to the
     manager's thread and waits for every reply; ``{id: prompt + new tokens}``).
 
-    The manager is started (cache allocated, thread running) before the first ``run``, and kept across runs, so
+    The manager is started (cache allocated, thread running) here, before any clock, and kept across runs, so
     with block sharing a later turn may find an earlier turn's blocks. ``close()`` stops it.
+
+    Args:
+        model: a ``MistralForCausalLM`` (:func:`swkv_teach.hf.to_hf`), attention ``"sdpa"`` or ``"paged|eager"``.
+        block_sharing: ``ContinuousBatchingConfig.allow_block_sharing`` (asked for; :meth:`stats` says whether
+            transformers used it).
+        block_size, num_blocks, max_batch_tokens, max_running: its ``page_size`` (``block_size`` in 5.15),
+            ``num_blocks``, ``max_batch_tokens`` (the token budget of a forward), ``max_requests_per_batch``.
+        max_new_tokens: the generation config's default (each request passes its own).
+        threads: torch's intra-op threads in HF's forwards (None: as found).
+        timeout_s: how long :meth:`run` waits for the replies before it raises.
     """
 
     def __init__(self, model, block_sharing: bool, block_size: int = 16, num_blocks: int = 256,
@@ -79,7 +88,8 @@ class HFServer:
         return timed
 
     def _before_forward(self, module, args, kwargs):
-        # torch's intra-op thread count is per OS thread: HF's generation thread starts with the default
+        # HF runs its forwards in a thread of its own: record the thread count it found (torch carries the
+        # caller's set_num_threads into new threads) and pin it, so both servers run on the same threads
         self.default_threads.add(torch.get_num_threads())
         if self.threads is not None:
             torch.set_num_threads(self.threads)

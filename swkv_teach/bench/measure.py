@@ -160,7 +160,7 @@ class ForwardClock:
     """What a model's forwards add up to: query tokens, forwards, seconds from the embedding's input to the LM head's
     output (hooks on those two modules, so the same span on the course's decoder and on Hugging Face's model).
 
-    ``threads``: torch's intra-op thread counts the forwards ran with (a thread of its own starts with the default).
+    ``threads``: torch's intra-op thread counts the forwards ran with (HF's run in a thread of their own).
     ``scores_dense`` / ``scores_rows`` stay for a caller that counts attention scores (:mod:`.hf_server`).
     """
 
