@@ -1,6 +1,7 @@
 """The door to Hugging Face ``transformers``, both ways.
 
-* ``from_hf``: a ``MistralForCausalLM`` as a :class:`~swkv_teach.model.Decoder` with the same weights (here).
+* ``from_hf``: a ``MistralForCausalLM`` as a :class:`~swkv_teach.model.Decoder` with the same weights (here);
+  ``to_hf`` the other way (the shipped checkpoint inside Hugging Face's own serving code, ``bench/hf_batching.py``).
 * ``hf_cache``: our caches as a ``transformers`` Cache inside ``model.generate`` (:mod:`swkv_teach.hf_cache`,
   imported on first use, so ``import swkv_teach.hf`` works without transformers).
 
@@ -28,7 +29,7 @@ import torch
 from swkv_teach._hf_hint import INSTALL_HINT
 from swkv_teach.model import Decoder, DecoderConfig
 
-__all__ = ["config_from_hf", "from_hf", "hf_cache"]
+__all__ = ["config_from_hf", "from_hf", "hf_cache", "mistral_config", "to_hf"]
 
 
 
@@ -142,3 +143,60 @@ def from_hf(model) -> Decoder:
     with torch.no_grad():
         decoder.load_state_dict(ours, strict=True)
     return decoder.eval()
+
+
+def mistral_config(config: DecoderConfig, attn_implementation: str = "sdpa", sliding_window: bool = True,
+                   max_position_embeddings: int = 1 << 16):
+    """The ``MistralConfig`` of a :class:`DecoderConfig` (the inverse of :func:`config_from_hf`).
+
+    ``sliding_window`` is the decoder's ``window_size`` (the same window rule, :mod:`swkv_teach.masks`); with
+    ``sliding_window=False`` it is None (full causal attention: the same model for sequences of at most
+    ``window_size`` tokens, longer ones differ). No special token ids, so nothing stops or pads on a character
+    the char tokenizer gives.
+    """
+    transformers = _require_transformers()
+    return transformers.MistralConfig(
+        vocab_size=config.vocab_size, hidden_size=config.dim, intermediate_size=config.hidden_dim,
+        num_hidden_layers=config.n_layers, num_attention_heads=config.n_heads,
+        num_key_value_heads=config.n_kv_heads, head_dim=config.head_dim,
+        sliding_window=config.window_size if sliding_window else None,
+        max_position_embeddings=max_position_embeddings, rope_theta=config.rope_theta, rms_norm_eps=config.norm_eps,
+        tie_word_embeddings=config.tie_embeddings, attn_implementation=attn_implementation,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )
+
+
+def to_hf(decoder: Decoder, attn_implementation: str = "sdpa", sliding_window: bool = True):
+    """A ``MistralForCausalLM`` with ``decoder``'s config (:func:`mistral_config`, ``sliding_window`` passed on) and
+    weights, eval mode, on its device and in its dtype.
+
+    The decoder keeps q/k/v in one ``qkv_proj`` (rows: ``n_heads·head_dim`` of q, then ``n_kv_heads·head_dim`` of
+    k, then of v) and gate/up in one ``gate_up_proj`` (gate rows first); Hugging Face keeps them apart, so they
+    are split here, in the order :meth:`Decoder.load_state_dict` stacks them back (``from_hf(to_hf(d))`` has
+    ``d``'s weights).
+    """
+    transformers = _require_transformers()
+    if not isinstance(decoder, Decoder):
+        raise TypeError(f"decoder must be a swkv_teach Decoder; got {type(decoder).__name__}")
+    c = decoder.config
+    ours = decoder.state_dict()
+    hf = {"model.embed_tokens.weight": ours["embed.weight"], "model.norm.weight": ours["norm.weight"],
+          "lm_head.weight": ours["lm_head.weight"]}
+    q, kv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+    for i in range(c.n_layers):
+        src, dst = f"layers.{i}.", f"model.layers.{i}."
+        hf[dst + "input_layernorm.weight"] = ours[src + "attn_norm.weight"]
+        hf[dst + "post_attention_layernorm.weight"] = ours[src + "mlp_norm.weight"]
+        parts = ours[src + "attn.qkv_proj.weight"].split([q, kv, kv])
+        for proj, w in zip(("q_proj", "k_proj", "v_proj"), parts):
+            hf[dst + f"self_attn.{proj}.weight"] = w
+        hf[dst + "self_attn.o_proj.weight"] = ours[src + "attn.o_proj.weight"]
+        gate, up = ours[src + "mlp.gate_up_proj.weight"].chunk(2)
+        hf[dst + "mlp.gate_proj.weight"], hf[dst + "mlp.up_proj.weight"] = gate, up
+        hf[dst + "mlp.down_proj.weight"] = ours[src + "mlp.down_proj.weight"]
+    ref = ours["embed.weight"]
+    config = mistral_config(c, attn_implementation, sliding_window)
+    model = transformers.MistralForCausalLM(config).to(device=ref.device, dtype=ref.dtype)
+    with torch.no_grad():
+        model.load_state_dict({k: v.clone() for k, v in hf.items()}, strict=True)
+    return model.eval()

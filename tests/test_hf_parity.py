@@ -16,7 +16,7 @@ import torch
 
 transformers = pytest.importorskip("transformers", reason='transformers not installed: pip install -e ".[hf]"')
 
-from swkv_teach.hf import config_from_hf, from_hf  # noqa: E402
+from swkv_teach.hf import config_from_hf, from_hf, to_hf  # noqa: E402
 from swkv_teach.model import Decoder  # noqa: E402
 
 pytestmark = pytest.mark.hf
@@ -241,3 +241,27 @@ def test_qwen2_layouts_are_refused_or_unwindowed():
     mixed = _qwen2(use_sliding_window=True, max_window_layers=2).config
     with pytest.raises(NotImplementedError, match="layer_types mixes"):
         config_from_hf(mixed)
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_to_hf_gives_back_the_model_from_hf_took(ids, tie):
+    """``to_hf(from_hf(m))``: Hugging Face's own forward on the weights we split back (q/k/v, gate/up) gives the
+    original model's logits, and the decoder's, past the window."""
+    original = make_hf(tie=tie, random_norms=True)
+    decoder = from_hf(original)
+    back = to_hf(decoder, "eager")
+    assert back.config.sliding_window == W and back.config.tie_word_embeddings is tie
+    with torch.no_grad():
+        want, got = original(ids).logits, back(ids).logits
+    assert torch.equal(got, want)
+    assert (decoder(ids) - got).abs().max().item() < TOL
+
+
+def test_to_hf_without_a_window_is_full_attention(ids):
+    decoder = from_hf(make_hf())
+    full = to_hf(decoder, sliding_window=False)
+    assert full.config.sliding_window is None
+    short = ids[:, :W]  # within the window the two models agree; past it they must not
+    with torch.no_grad():
+        assert (full(short).logits - decoder(short)).abs().max().item() < TOL
+        assert (full(ids).logits - decoder(ids)).abs().max().item() > 100 * TOL

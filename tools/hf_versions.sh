@@ -24,4 +24,4 @@ PYTHONPATH="$TARGET" "$VENV/bin/python" -c \
     "import transformers; assert transformers.__version__ == '$HF_VERSION', transformers.__file__; print('hf_versions: testing under transformers', transformers.__version__, 'from', transformers.__file__)"
 OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" PYTHONPATH="$TARGET" "$VENV/bin/python" -m pytest -p no:cacheprovider \
     tests/test_hf_cache.py tests/test_hf_cache_batch.py tests/test_hf_parity.py tests/test_grading_hf_layer.py \
-    tests/test_hf_speculative.py "$@"
+    tests/test_hf_speculative.py tests/test_bench_hf_batching.py "$@"

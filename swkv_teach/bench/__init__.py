@@ -18,7 +18,10 @@ For each window ``W``, in one process, once the window is full:
 * decode tokens/s of the Decoder with the ring, paged and int8 caches at W = 64 and 1024
   (:func:`~swkv_teach.bench.decode.cache_decode_rows`, one thread, no transformers needed);
 * serving throughput: one queue of requests one by one and with continuous batching at
-  1, 2, 4, 8, 16 concurrent requests (:mod:`swkv_teach.bench.serving`).
+  1, 2, 4, 8, 16 concurrent requests (:mod:`swkv_teach.bench.serving`);
+* with ``--hf-batching`` (off by default: about a minute): the chat workload through the course's scheduler
+  and through transformers' own continuous batching, prefix caching / block sharing off and on
+  (:mod:`swkv_teach.bench.hf_batching`).
 
 Medians with min–max over ``--repeats``; ratios are to the ring buffer
 (updates) or to Hugging Face and to the naive cache (decode). How each figure
@@ -45,6 +48,8 @@ judged in every run.
 * ``cache_decode``: a row per (window, cache) with ``tokens_per_s``, ``ratio_to_ring``, ``same_tokens_as_ring``,
   ``warmup_s``; caches ``"compiled"`` and ``"aot"`` are the ring's step under torch.compile and compiled ahead of
   time by AOTInductor, with ``attention_us`` and ``ratio_outside_attention`` (``--quick``: its largest window only);
+* ``hf_batching``: None unless asked for; else ``{"window": ..., "full": ...}``, each
+  :func:`swkv_teach.bench.hf_batching.compare`'s dict;
 * ``serving``: ``one_by_one``, ``rows`` per concurrency (``tokens_per_s``, ``ratio_to_one_by_one``, ``steps``,
   ``same_as_solo``, ``peak_used_blocks``), ``trace`` (per step: blocks used, running, waiting), ``config``;
 * ``targets``: per target, ``value``, ``target``, ``met`` (None when not measured or not judged),
@@ -96,6 +101,7 @@ def run(
     windows=None, batch: int = 1, heads: int = 8, head_dim: int = 64, dtype: str = "float32", device=None,
     steps: int | None = None, repeats: int | None = None, quick: bool = False, decode: bool = True,
     hf: bool = True, progress: bool = True, threads: int | None = None, memory_steps: int | None = None,
+    hf_batching: bool = False,
 ) -> dict:
     """Measure everything; return the result dict that ``--json`` writes (see the module docstring).
 
@@ -105,19 +111,20 @@ def run(
     ``threads``: torch's intra-op threads for the run (restored after); on a busy machine 1 is steadier.
     ``memory_steps``: the long decode run's length (default ``10·W`` on CUDA without ``quick``; none
     elsewhere).
+    ``hf_batching``: also the course's scheduler against transformers' continuous batching (needs ``hf``; CPU).
     """
     previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
         return _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, decode, hf, progress,
-                    memory_steps)
+                    memory_steps, hf_batching)
     finally:
         torch.set_num_threads(previous_threads)
 
 
 def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, decode, hf, progress,
-         memory_steps) -> dict:
+         memory_steps, hf_batching=False) -> dict:
     preset = dict(QUICK if quick else FULL)
     windows = list(dict.fromkeys(windows or preset["windows"]))  # each window once, in the order given
     steps = steps or preset["steps"]
@@ -130,6 +137,16 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
     if hf and (missing := _hf_missing()):
         notes.append(missing)
         hf = False
+    if hf_batching:
+        from swkv_teach.bench.hf_batching import hf_batching_missing
+
+        if not hf:
+            notes.append("HF continuous batching rows skipped: "
+                         + (_hf_missing() or "the Hugging Face rows are off (--no-hf)"))
+            hf_batching = False
+        elif why := hf_batching_missing():
+            notes.append(why)
+            hf_batching = False
     wants_decode = decode  # the per-cache decode and serving rows need no transformers
     if decode and (why := decode_mod.unavailable()):
         notes.append(f"decode comparison skipped: {why}")
@@ -196,6 +213,11 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
         from swkv_teach.bench.serving import serving_throughput
 
         serving = serving_throughput(**(dict(concurrency=(1, 4), repeats=1, count=4) if quick else {}))
+    batching = None
+    if hf_batching:  # the course's scheduler against transformers' continuous batching, on the chat
+        from swkv_teach.bench.hf_batching import section as hf_batching_section
+
+        batching = hf_batching_section(quick)
     return {
         "env": environment(dev),
         "config": {"windows": windows, "batch": batch, "heads": heads, "head_dim": head_dim, "dtype": dtype,
@@ -210,6 +232,7 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
         "serving": serving,
         # HF generate with hf_cache vs HF's own caches (swkv_teach.bench.hf_cache; CPU, fp32, its own shape)
         "hf_cache": hf_cache_mod.section(quick, judged) if hf and decode else None,
+        "hf_batching": batching,
         "notes": notes,
     }
 
@@ -233,6 +256,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="long decode run of N steps per window and implementation, memory read after each "
                         "(default: 10·W on CUDA, none with --quick or on other devices)")
     p.add_argument("--no-hf", action="store_true", help="skip every Hugging Face row")
+    p.add_argument("--hf-batching", action="store_true",
+                   help="also serve the chat through transformers' continuous batching beside the course's "
+                        "scheduler (about a minute; needs transformers)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm bar on stderr")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write every figure and the environment here")
     return p
@@ -252,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         windows=args.windows, batch=args.batch, heads=args.heads, head_dim=args.head_dim, dtype=args.dtype,
         device=args.device, steps=args.steps, repeats=args.repeats, quick=args.quick,
         decode=not (args.no_decode or args.no_hf), hf=not args.no_hf, progress=not args.no_progress,
-        threads=args.threads, memory_steps=args.memory_steps,
+        threads=args.threads, memory_steps=args.memory_steps, hf_batching=args.hf_batching,
     )
     print(table(result))
     if args.json:

@@ -154,3 +154,37 @@ def bytes_held(tensors: Iterable[torch.Tensor | None]) -> int:
             s = t.untyped_storage()
             storages[s.data_ptr()] = s.nbytes()
     return sum(storages.values())
+
+
+class ForwardClock:
+    """What a model's forwards add up to: query tokens, forwards, seconds from the embedding's input to the LM head's
+    output (hooks on those two modules, so the same span on the course's decoder and on Hugging Face's model).
+
+    ``threads``: torch's intra-op thread counts the forwards ran with (HF's run in a thread of their own).
+    ``scores_dense`` / ``scores_rows`` stay for a caller that counts attention scores (:mod:`.hf_server`).
+    """
+
+    def __init__(self):
+        self.tokens = self.forwards = 0
+        self.model_s = 0.0
+        self.scores_dense = self.scores_rows = 0
+        self.threads = set()
+        self._t0 = None
+        self.handles = []
+
+    def watch(self, embed, lm_head) -> "ForwardClock":
+        def start(module, args):
+            self._t0 = time.perf_counter()
+            self.forwards += 1
+            self.tokens += args[0].numel()
+            self.threads.add(torch.get_num_threads())
+
+        def stop(module, args, out):
+            self.model_s += time.perf_counter() - self._t0
+
+        self.handles += [embed.register_forward_pre_hook(start), lm_head.register_forward_hook(stop)]
+        return self
+
+    def close(self):
+        for h in self.handles:
+            h.remove()

@@ -220,6 +220,11 @@ def table(result: dict) -> str:
         for name, t in section["targets"].items():
             mark = {True: "ok  ", False: "MISS", None: "--  "}[t["met"]]
             lines.append(f"  {mark} {name:<22}{t['value']:>14.3g} (target {t['target']})  {t['what']}")
+    if result.get("hf_batching"):
+        from swkv_teach.bench.hf_batching import section_table
+
+        lines += ["", "the course's scheduler against transformers' continuous batching (bench/hf_batching.py)",
+                  section_table(result["hf_batching"])]
     for note in result["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)
