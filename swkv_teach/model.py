@@ -36,9 +36,10 @@ mask; tests/test_fast_path.py holds every shortcut to it and to the oracle.
 A cache that evicts by attention (``wants_attention``: H2O, TOVA) gets its
 layer's attention probabilities through ``observe``; only such layers pay for
 the explicit softmax (:meth:`Attention.attend_with_weights`). A cache that sets
-``reads_in_place`` (the paged cache) hands a one-token step its whole pool and a
-mask of its window (``update_in_place``), so attention reads the blocks where
-they lie.
+``reads_in_place`` (the paged cache; a ring with lookahead, for up to
+``in_place_tokens`` = k + 1 queries: a verify) hands the step its whole pool or
+buffer and a mask of each query's window (``update_in_place``), so attention
+reads the keys where they lie (:meth:`Attention.attend_in_place`).
 
 Compiled decoding: :meth:`Decoder.compiled_ring` gives a
 :class:`~swkv_teach.compiled_ring.CompiledRing` (its own file), whose one-token
@@ -243,6 +244,20 @@ class Attention(nn.Module):
         y = F.scaled_dot_product_attention(q.reshape(B, nkv, nh // nkv, hd), k, v, attn_mask=bias)  # (B, nkv, g, hd)
         return self.o_proj(y.reshape(B, 1, nh * hd))
 
+    def attend_in_place(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """Queries ``(B, nh, T, hd)`` over a cache's buffers ``(B, nkv, n, hd)``, masked by its bias: ``(B, T, dim)``.
+
+        ``bias``: additive (0 or ``-inf``) ``(T, n)``, or anything broadcastable to ``(B, nh, T, n)``,
+        from ``update_in_place`` (:meth:`~swkv_teach.caches.RingBufferKVCache.update_in_place`,
+        :meth:`~swkv_teach.caches.PagedKVCache.update_in_place`). One query goes through
+        :meth:`attend_unmasked` (its query heads as a group of queries per key head).
+        """
+        B, nh, T, hd = q.shape
+        if T == 1:
+            return self.attend_unmasked(q, k, v, bias)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=k.shape[-3] != nh)  # (B, nh, T, hd)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, nh * hd))
+
 
 def _same_consecutive(q_positions, k_positions) -> bool:
     """Whether both are the same run of consecutive positions ``p, p + 1, ...`` (in that order)."""
@@ -319,10 +334,12 @@ class Block(nn.Module):
         q, k, v = self.attn.qkv(self.attn_norm(x), positions, rope)
         if cache is None:
             y = self.attn.attend(q, k, v, positions, positions, num_sinks, W)
-        elif x.shape[1] == 1 and getattr(cache, "reads_in_place", False) and cache.window_size <= W and not num_sinks:
-            # a paged cache: one query reads the pool where it lies, slots outside its window masked by a bias
-            # the cache keeps (PagedKVCache.update_in_place); nothing gathered, no mask built from positions
-            y = self.attn.attend_unmasked(q, *cache.update_in_place(k, v))
+        elif (getattr(cache, "reads_in_place", False) and x.shape[1] <= getattr(cache, "in_place_tokens", 1)
+              and cache.window_size <= W and not num_sinks):
+            # a paged cache (one query) or a ring with lookahead (a verify's k + 1 queries): the queries read the
+            # buffers where they lie, slots outside their windows masked by a bias the cache keeps (the caches'
+            # update_in_place); nothing gathered, no mask built from positions
+            y = self.attn.attend_in_place(q, *cache.update_in_place(k, v))
         else:
             k, v = cache.update(k, v)  # keys cached after RoPE
             if getattr(cache, "wants_attention", False):  # H2O, TOVA: they evict by these probabilities

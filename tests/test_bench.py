@@ -175,6 +175,21 @@ def test_quick_reports_speed_targets_without_judging_them(quick_run, capsys):
     assert "MISS" not in text and "reported, not judged" in text
 
 
+def test_the_speculative_section_rides_in_the_run_and_judges_only_its_tokens(quick_run):
+    """Issue 39's rows (bench.speculative, tested there): in the JSON, in the table, their targets in the list;
+    the speed-up is a timing, so a --quick run reports it without judging; the tokens are judged in any run."""
+    from swkv_teach.bench.report import table
+
+    _, _, result = quick_run
+    spec = result["speculative"]
+    assert spec["rows"] and all(r["same_tokens"] for r in spec["rows"])
+    assert result["targets"]["speculative_same_tokens"]["met"] is True
+    lookup = result["targets"]["speculative_lookup_repetitive"]
+    assert lookup["met"] is None and lookup["value"] == max(
+        r["speedup"] for r in spec["rows"] if r["workload"] == "quoted passage" and r["drafter"] == "prompt lookup")
+    assert "speculative greedy decoding vs plain ring" in table(result)
+
+
 def _update_row(W, cache, us, bytes_per_step=0, held=100, formula=100):
     return {"window": W, "cache": cache, "us": {"median": us}, "bytes_per_step": bytes_per_step,
             "bytes_held": held, "bytes_formula": formula}

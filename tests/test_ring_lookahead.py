@@ -300,3 +300,95 @@ def test_a_state_whose_pending_rollback_could_not_have_happened_is_refused(top):
     with pytest.raises(ValueError, match=r"state\['top'\]"):
         fresh.load_state_dict(state)
     assert fresh.seen == 0
+
+
+# --------------------------------------------------------------------------- the verify in place
+def check_in_place(cache, ref: Reference, c: int, W: int) -> None:
+    """Feed ``c`` tokens through ``update_in_place``: each query's bias row opens exactly its window, serials
+    included (a stale slot opened by mistake shows a wrong serial; a slot of a later chunk token, a position
+    past the query)."""
+    k_new, v_new = ref.chunk(c)
+    k, v, bias = cache.update_in_place(k_new, v_new)
+    n = len(ref.serials)
+    assert bias.shape == (c, k.shape[2]) and bias.dtype == k.dtype and torch.equal(v, -k)
+    assert bool(((bias == 0) | (bias == float("-inf"))).all()), "the bias is additive: 0 or -inf, nothing between"
+    for row, i in enumerate(range(n - c, n)):
+        opened = torch.nonzero(bias[row] == 0).flatten().tolist()
+        seen = {(int(k[0, 0, j, 1]), int(k[0, 0, j, 0])) for j in opened}  # (position written there, serial)
+        want = {(j, ref.serials[j]) for j in range(n) if allowed(i, j, W)}
+        assert seen == want, (f"query {i} (W={W}, lookahead={cache.lookahead}, seen={n}) opens {sorted(seen)}; "
+                              f"expected {sorted(want)}")
+        pos = cache.positions  # the positions the ring reports for what it returned, as the decoder would mask
+        assert {int(pos[j]) for j in opened} == {j for j, _ in want}
+    check_held(cache, ref, W, 0)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(W=st.integers(1, 6), k=st.integers(1, 4), prompt=st.integers(1, 20),
+       ops=st.lists(st.tuples(st.integers(1, 5), st.floats(0, 1), st.booleans()), min_size=1, max_size=25))
+def test_a_verify_in_place_opens_exactly_each_querys_window_through_rollbacks(W, k, prompt, ops):
+    """Random verifies of ``c <= k + 1`` tokens through ``update_in_place`` (or ``update``, mixed in), each followed
+    by a rollback of a random share of what the ring allows; from the first token, across every wrap."""
+    cache, ref = RingBufferKVCache(W, k), Reference()
+    check_update(cache, ref, prompt, W, 0)
+    for c, share, in_place in ops:
+        c = min(c, k + 1)
+        if in_place:
+            check_in_place(cache, ref, c, W)
+        else:
+            check_update(cache, ref, c, W, 0)
+        r = int(share * (cache.rollback_limit + 0.999))
+        cache.rollback(r)
+        ref.rollback(r)
+        check_held(cache, ref, W, 0)
+
+
+@pytest.mark.parametrize("W,k", [(4, 2), (5, 1), (3, 4), (1, 3)])
+@pytest.mark.parametrize("offset", [-1, 0, 1])
+@pytest.mark.parametrize("laps", [0, 1, 2])
+def test_a_verify_in_place_at_w_minus_1_w_w_plus_1_before_and_after_rollbacks(W, k, offset, laps):
+    """``W + offset`` tokens (plus laps of the ``W + k`` slots), a rollback of each r in 0..k, then verifies of
+    every size 1..k + 1 past the next wrap, each rolled back as a rejection would be."""
+    n = max(1, W + offset + laps * (W + k))
+    for r in range(k + 1):
+        cache, ref = RingBufferKVCache(W, k), Reference()
+        check_update(cache, ref, n, W, 0)
+        cache.rollback(min(r, n))
+        ref.rollback(min(r, n))
+        for c in [*range(1, k + 2), k + 1, 1, k + 1]:
+            check_in_place(cache, ref, c, W)
+            back = min(c - 1, cache.rollback_limit)  # all but the first rejected, as far as the ring allows
+            cache.rollback(back)
+            ref.rollback(back)
+
+
+def test_a_verify_in_place_past_the_first_lap_reads_the_buffers_where_they_lie():
+    """The fast path's promise: once ``W + k`` tokens are in, the keys returned are the buffers themselves
+    (nothing gathered) and a one-token mask is a view (nothing built)."""
+    cache, ref = RingBufferKVCache(4, 2), Reference()
+    cache.update(*ref.chunk(6))
+    k, v, bias = cache.update_in_place(*ref.chunk(3))
+    assert k.data_ptr() == cache.k_buf.data_ptr() and k.shape == cache.k_buf.shape
+    assert v.data_ptr() == cache.v_buf.data_ptr()
+    cache.rollback(2)
+    _, _, one = cache.update_in_place(*ref.chunk(1))
+    assert one._base is not None, "a one-token mask is a view of the pattern made at allocation"
+
+
+@pytest.mark.parametrize("make_it,c", [(lambda: RingBufferKVCache(4, 2), 4), (lambda: RingBufferKVCache(4), 2),
+                                       (lambda: SinkKVCache(2, 4, 2), 1)])
+def test_update_in_place_refuses_more_than_lookahead_plus_one_tokens_or_sinks_and_changes_nothing(make_it, c):
+    cache, ref = make_it(), Reference()
+    cache.update(*ref.chunk(7))
+    before = cache.state_dict()
+    with pytest.raises(ValueError, match=r"update_in_place takes 1 to lookahead \+ 1 = \d tokens.*got k_new shape"):
+        cache.update_in_place(*ref.chunk(c))
+    after = cache.state_dict()
+    assert after.keys() == before.keys() and all(
+        torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(before.values(), after.values()))
+
+
+def test_only_a_ring_with_lookahead_and_no_sinks_offers_it_to_the_decoder():
+    assert RingBufferKVCache(4, 2).reads_in_place and RingBufferKVCache(4, 2).in_place_tokens == 3
+    assert not RingBufferKVCache(4).reads_in_place  # the plain ring has its own one-token path
+    assert not SinkKVCache(2, 4, 2).reads_in_place  # the pattern knows no sinks: update + a mask from positions

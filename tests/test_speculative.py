@@ -106,6 +106,56 @@ def test_prompt_lookup_finds_the_longest_suffix_earliest():
     assert PromptLookup(3).propose([4], 3) == ([], None)
 
 
+# --------------------------------------------------------------------------- the verify in place
+def _rings(model, k, in_place=True):
+    W = model.config.window_size
+    caches = LayerCaches([RingBufferKVCache(W, lookahead=k) for _ in model.layers], W)
+    if not in_place:  # the way every verify went before update_in_place: update, then a mask from positions
+        for cache in caches:
+            cache.reads_in_place = False
+    return caches
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1])
+@pytest.mark.parametrize("laps", [0, 1, 2])
+def test_a_verify_in_place_gives_the_logits_of_the_masked_path_and_of_the_oracle(offset, laps):
+    """Verifies of 1..k + 1 tokens after W - 1, W, W + 1 tokens (and laps of the W + k slots), each followed
+    by the rollback of a rejection, in float32: the rows equal what update + a window mask gives, and the
+    full-sequence forward of the tokens as they stand (the rejected ones gone), to float32 rounding."""
+    torch.manual_seed(1)
+    model = tiny(window=5).float()
+    W, k = 5, 3
+    n = max(1, W + offset + laps * (W + k))
+    seq = torch.randint(0, 24, (1, n))
+    fast, masked = _rings(model, k), _rings(model, k, in_place=False)
+    model.step(seq, fast)
+    model.step(seq, masked)
+    g = torch.Generator().manual_seed(offset + 10 * laps)
+    for c in [1, k + 1, 2, k + 1, 1, 3, k + 1, k + 1, 1, 2]:  # past the next wrap whatever n is
+        chunk = torch.randint(0, 24, (1, c), generator=g)
+        got, want = model.step(chunk, fast)[0], model.step(chunk, masked)[0]
+        oracle = model(torch.cat([seq, chunk], dim=1))[0, -c:]
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got, oracle, rtol=1e-5, atol=1e-5)
+        keep = int(torch.randint(1, c + 1, (), generator=g))  # the accepted drafts and the pending token
+        for cache in (*fast, *masked):
+            cache.rollback(c - keep)
+        seq = torch.cat([seq, chunk[:, :keep]], dim=1)
+
+
+def test_the_decoder_verifies_in_place_once_the_rings_have_gone_round():
+    """The fast path is taken, not just correct: past the first lap a verify (and a one-token step) never calls
+    the rings' update, whose chunk path gathers the window and whose caller builds a mask."""
+    model = tiny()
+    caches = _rings(model, 4)
+    model.step(torch.randint(0, 24, (1, 12)), caches)  # W + k = 10 slots: the rings have wrapped
+    for cache in caches:
+        cache.update = None  # calling it now would raise TypeError
+    model.step(torch.randint(0, 24, (1, 5)), caches)
+    model.step(torch.randint(0, 24, (1, 1)), caches)
+    assert caches[0].seen == 18
+
+
 # --------------------------------------------------------------------------- sampling: the same distribution
 def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
     """Pearson's test of ``counts`` against ``probs`` (cells of expected count < 5 pooled into one)."""

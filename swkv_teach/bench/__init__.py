@@ -19,6 +19,9 @@ For each window ``W``, in one process, once the window is full:
   (:func:`~swkv_teach.bench.decode.cache_decode_rows`, one thread, no transformers needed);
 * serving throughput: one queue of requests one by one and with continuous batching at
   1, 2, 4, 8, 16 concurrent requests (:mod:`swkv_teach.bench.serving`);
+* speculative greedy decoding against plain ring decoding on the shipped checkpoint, prompt lookup
+  and early exit at k = 2, 4, 8, with acceptance rates, their intervals and the expected speed-up
+  (:mod:`swkv_teach.bench.speculative`).
 * with ``--hf-batching`` (off by default: about a minute): the chat workload through the course's scheduler
   and through transformers' own continuous batching, prefix caching / block sharing off and on
   (:mod:`swkv_teach.bench.hf_batching`).
@@ -52,6 +55,9 @@ judged in every run.
   :func:`swkv_teach.bench.hf_batching.compare`'s dict;
 * ``serving``: ``one_by_one``, ``rows`` per concurrency (``tokens_per_s``, ``ratio_to_one_by_one``, ``steps``,
   ``same_as_solo``, ``peak_used_blocks``), ``trace`` (per step: blocks used, running, waiting), ``config``;
+* ``speculative``: ``config`` and ``rows`` per (workload, drafter, k) (``tokens_per_s``, ``speedup``, ``alpha`` and
+  its intervals, ``expected``, ``expected_with_verify``, ``c``, ``verify_cost``, ``same_tokens``, ...: the fields of
+  :mod:`swkv_teach.bench.speculative`);
 * ``targets``: per target, ``value``, ``target``, ``met`` (None when not measured or not judged),
   ``scope`` ("default": judged only in a full run on the default windows; "any"), ``judged``, ``what``;
 * ``notes``: what was skipped and why.
@@ -68,6 +74,7 @@ import torch
 
 from swkv_teach.bench import decode as decode_mod
 from swkv_teach.bench import hf_cache as hf_cache_mod
+from swkv_teach.bench import speculative as speculative_mod
 from swkv_teach.bench.measure import bytes_allocated_per_call, bytes_held, calls_per_repeat, time_us_interleaved
 from swkv_teach.bench.report import environment, table, targets
 from swkv_teach.bench.updates import NUM_SINKS, attention_read, subjects
@@ -205,7 +212,7 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
     judged = not quick and sorted(windows) == sorted(FULL["windows"])
     # issue 21: ring, paged and int8 decode on their own model (W = 64 and 1024, one thread), and the compiled ring
     # (issue 29); serving throughput
-    cache_decode = serving = None
+    cache_decode = serving = speculative = None
     if wants_decode:
         cache_decode = decode_mod.cache_decode_rows(
             **(dict(windows=(8, 32), new_tokens=16, repeats=2, compiled_windows=(32,)) if quick else {}), device=dev,
@@ -213,6 +220,8 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
         from swkv_teach.bench.serving import serving_throughput
 
         serving = serving_throughput(**(dict(concurrency=(1, 4), repeats=1, count=4) if quick else {}))
+        # issue 39: the shipped checkpoint, one thread, its own settings (bench.speculative.FULL / QUICK)
+        speculative = speculative_mod.section(quick)
     batching = None
     if hf_batching:  # the course's scheduler against transformers' continuous batching, on the chat
         from swkv_teach.bench.hf_batching import section as hf_batching_section
@@ -227,9 +236,10 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
         "updates": updates,
         "attention": attention,
         "decode": decode_rows,
-        "targets": targets(updates, decode_rows, judged, cache_decode, serving),
+        "targets": targets(updates, decode_rows, judged, cache_decode, serving, speculative),
         "cache_decode": cache_decode,
         "serving": serving,
+        "speculative": speculative,
         # HF generate with hf_cache vs HF's own caches (swkv_teach.bench.hf_cache; CPU, fp32, its own shape)
         "hf_cache": hf_cache_mod.section(quick, judged) if hf and decode else None,
         "hf_batching": batching,

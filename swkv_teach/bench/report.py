@@ -9,41 +9,11 @@ import sys
 
 import torch
 
-# The targets, judged as ratios within one run (never asserted by tests: timings are noisy).
-# Scope "default": set for the default windows (64 256 1024 4096) and full-length runs, so judged only
-# there (a --quick run reports the value and judges nothing: "--"). Scope "any": holds at any window.
-TARGETS = {
-    "ring_flat_in_window": ("ring µs at the largest window / at the smallest, net of the floor's growth", "<=", 1.2,
-                            "default"),
-    "ring_vs_floor": ("ring µs / floor µs at the largest window", "<=", 1.5, "default"),
-    "hf_dynamic_vs_ring": ("HF dynamic sliding layer µs / ring µs at the largest window", ">=", 40.0, "default"),
-    "ring_bytes_per_step": ("bytes the ring allocates per steady-state step, worst window", "<=", 0.0, "any"),
-    "ring_held_is_formula": ("ring bytes held == 2·B·H·W·D·itemsize at every window (1 = yes)", ">=", 1.0, "any"),
-    "decode_vs_hf": ("Decoder+ring tokens/s / HF Mistral tokens/s, worst window", ">=", 2.0, "default"),
-    "decode_ring_vs_naive": ("Decoder+ring tokens/s / Decoder+naive tokens/s, worst window", ">=", 1.0, "default"),
-    "decode_same_tokens": ("greedy tokens of every decode row equal HF's (1 = yes)", ">=", 1.0, "any"),
-    "decode_memory_flat": ("CUDA memory_allocated flat over 10·W decode steps, every row (1 = yes)", ">=", 1.0,
-                           "any"),
-    # issue 21: the paged and int8 decode paths stop copying the window out every step
-    "paged_decode_vs_ring": ("Decoder+paged / Decoder+ring best tokens/s, worst of W=64 and 1024, 1 thread", ">=",
-                             0.85, "default"),
-    "int8_decode_vs_ring": ("Decoder+int8 / Decoder+ring best tokens/s, worst of W=64 and 1024, 1 thread", ">=",
-                            0.75, "default"),
-    # issue 29: the ring's one-token step compiled, compilation excluded, at the largest window (W = 1024). Ahead of
-    # time (AOTInductor): whole steps. Under torch.compile: the step outside its attention kernel, the same ATen
-    # kernel in both paths, since its whole steps also carry torch.compile's own Python per call (see README)
-    "aot_decode_vs_ring": ("ring step compiled ahead of time (AOTInductor) / eager ring median tokens/s at the "
-                           "largest window, 1 thread", ">=", 2.0, "default"),
-    "compiled_outside_attention": ("torch.compile ring step vs eager ring outside attention, (eager - attention) / "
-                                   "(compiled - attention) median µs per token at the largest window, 1 thread",
-                                   ">=", 2.0, "default"),
-    # issue 28: the chat workload's prompt tokens computed with prefix caching (counts, not timings: any run) and the
-    # token-budget scheduler (mixed prefill and decode in one forward) against the reserved one at concurrency 16
-    "chat_prefill_with_caching": ("chat prompt tokens computed with prefix caching / without, worse mode", "<=",
-                                  0.40, "any"),
-    "budget_vs_reserved": ("token-budget / reserved scheduler tokens/s at concurrency 16, median of paired repeats",
-                           ">=", 0.95, "default"),
-}
+from swkv_teach.bench.goals import TARGETS, judge
+from swkv_teach.bench.speculative import table as speculative_table
+from swkv_teach.bench.speculative import target_values
+
+__all__ = ["TARGETS", "environment", "table", "targets"]
 
 
 def environment(device: torch.device) -> dict:
@@ -66,7 +36,7 @@ def environment(device: torch.device) -> dict:
 
 def targets(
     updates: list[dict], decode: list[dict], judged: bool = True, cache_decode: list[dict] | None = None,
-    serving: dict | None = None,
+    serving: dict | None = None, speculative: dict | None = None,
 ) -> dict:
     """Each target's measured value and whether it holds.
 
@@ -106,14 +76,8 @@ def targets(
     chat, budget = (serving or {}).get("chat"), (serving or {}).get("budget")
     value["chat_prefill_with_caching"] = max(chat["ratio"].values()) if chat else None
     value["budget_vs_reserved"] = budget["ratio"] if budget else None
-    out = {}
-    for name, (what, op, goal, scope) in TARGETS.items():
-        v = value[name]
-        judge = v is not None and (judged or scope == "any")
-        met = (v <= goal if op == "<=" else v >= goal) if judge else None
-        out[name] = {"what": what, "value": v, "target": f"{op} {goal:g}", "met": met, "scope": scope,
-                     "judged": judge}
-    return out
+    value.update(target_values((speculative or {}).get("rows") or []))
+    return {name: judge(name, value[name], judged) for name in TARGETS}
 
 
 def _bytes(n: float) -> str:
@@ -202,13 +166,16 @@ def table(result: dict) -> str:
         # the budget's speed target is judged only in a full run (a timing); the chat's is a count, judged in any
         lines.append(serving_table(result["serving"], judged=cfg.get("targets_judged", True)))
         lines.append("")
+    if result.get("speculative"):
+        lines.append(speculative_table(result["speculative"], judged=cfg.get("targets_judged", True)))
+        lines.append("")
     if cfg.get("targets_judged", True):
         lines.append("targets (ratios from this run)")
     else:
         lines.append("targets (ratios from this run; those set for a full run on the default windows are "
                      "reported, not judged: --)")
     for name, t in result["targets"].items():
-        v = "not measured" if t["value"] is None else f"{t['value']:.3g}"
+        v = "not measured" if t["value"] is None else f"{t['value']:.4g}"  # 1.298 must not read as 1.3 when missed
         mark = {True: "ok  ", False: "MISS", None: "--  "}[t["met"]]
         lines.append(f"  {mark} {name:<27}{v:>10} (target {t['target']})  {t['what']}")
     if result.get("hf_cache"):

@@ -41,6 +41,14 @@ A ring with lookahead returns up to ``W + k`` keys for one token, some outside i
 window, so it is masked (``one_token_in_window`` is False); ``lookahead=0`` is the
 plain ring, unchanged.
 
+A verify's ``c <= k + 1`` tokens can go into their slots *before* anything is read, since
+they overwrite only tokens outside every window from ``seen`` on. ``update`` then returns
+the first query's window and the chunk as one run of slots, chronologically
+(:meth:`~RingBufferKVCache._update_verify`), and the decoder does better still:
+:meth:`~RingBufferKVCache.update_in_place` returns the buffers themselves with an additive
+mask that is a view of one pattern made once (``reads_in_place``), so a verify, or a draft
+model's one-token step, gathers nothing and builds no mask from positions.
+
 Window convention: :mod:`swkv_teach.masks`.
 """
 
@@ -51,6 +59,7 @@ import torch
 from swkv_teach._validate import check_kv, check_nonnegative_int, check_positive_int
 from swkv_teach.caches import _state
 from swkv_teach.caches.base import KVCache
+from swkv_teach.masks import window_mask
 
 
 class RingBufferKVCache(KVCache):
@@ -60,12 +69,15 @@ class RingBufferKVCache(KVCache):
     heads, head_dim, dtype and device. A one-token ``update`` returns a view
     of the filled slots (the buffer itself once full, never the unfilled
     zero slots, which would take attention weight). A chunk of ``c`` tokens
-    returns a fresh tensor: the stored keys its first query can still see,
-    chronologically, followed by the chunk.
+    returns the stored keys its first query can still see, chronologically,
+    followed by the chunk: a fresh tensor, or with ``lookahead`` and ``2 <= c <=
+    lookahead + 1`` a view of the buffer where the run does not wrap.
     """
 
     num_sinks = 0  # slots pinned to the first positions; SinkKVCache sets it
     one_token_in_window = True  # a one-token update returns the filled slots: sinks and the last W (base.py)
+    reads_in_place = False  # with lookahead (no sinks): update_in_place, the decoder's way for up to
+    in_place_tokens = 0  # this many new tokens (lookahead + 1): a verify, or a draft model's step
 
     def __init__(self, window_size: int, lookahead: int = 0):
         self.window_size = check_positive_int("window_size", window_size)
@@ -73,6 +85,8 @@ class RingBufferKVCache(KVCache):
         self._period = window_size + lookahead  # window slots cycle with this period
         if lookahead:  # a one-token update also returns the up to k tokens kept for a rollback
             self.one_token_in_window = False
+            if not self.num_sinks:  # update_in_place's mask is the window alone (sinks would need their own)
+                self.reads_in_place, self.in_place_tokens = True, lookahead + 1
         self.reset()
 
     # ----------------------------------------------------------------- slots
@@ -162,6 +176,12 @@ class RingBufferKVCache(KVCache):
         self._k_slots = self.k_buf.split(1, dim=2)
         self._v_slots = self.v_buf.split(1, dim=2)
         self._whole = (self.k_buf, self.v_buf)
+        if self.reads_in_place:  # update_in_place's masks, every one a view of this pattern (see there)
+            P, W = self._period, self.window_size
+            i = torch.arange(3 * P - 1, device=k_buf.device)
+            pattern = torch.zeros(3 * P - 1, dtype=k_buf.dtype, device=k_buf.device).masked_fill_(i % P < P - W,
+                                                                                                  float("-inf"))
+            self._bias_rows = pattern.unfold(0, P, 1)  # (2P, P): row j = pattern[j : j + P]
 
     # ------------------------------------------------ a step torch.compile can capture (Decoder.compiled_ring)
     def adopt(self, k_buf: torch.Tensor, v_buf: torch.Tensor) -> None:
@@ -193,6 +213,8 @@ class RingBufferKVCache(KVCache):
     def _update_chunk(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         S, W, P, n = self.num_sinks, self.window_size, self._period, self._seen
         tokens = k_new.shape[2]
+        if tokens <= self.lookahead + 1 and n >= S:
+            return self._update_verify(k_new, v_new)
         # stored keys the chunk's first query (position n) may see: sinks and j > n - W (a slot a
         # rollback left stale reports a position <= n - W, see _slot_positions: never kept)
         held = self._slot_positions(n)
@@ -209,6 +231,127 @@ class RingBufferKVCache(KVCache):
         self.v_buf.index_copy_(2, slots, v_new.index_select(2, survive))
         self._seen = n + tokens
         return k, v
+
+    def _update_verify(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A chunk of ``c <= lookahead + 1`` tokens past the sinks (a speculative verify): what
+        :meth:`_update_chunk` returns, with no position arithmetic on tensors and no gather.
+
+        It writes the chunk into its slots *first*, then returns the run of slots holding the
+        first query's window and the chunk: positions ``lo = max(S, n - W + 1) .. n + c - 1``
+        (after the sinks), chronological, one view of the buffer, or two slices joined when the
+        run wraps. Safe because of the lookahead: the chunk reuses the slots of positions
+        ``n - P .. n + c - 1 - P`` (``P = W + lookahead``), all ``< n - W + 1`` when ``c <= lookahead + 1``,
+        so outside every chunk query's window; and ``lo .. n - 1`` are all still held, since
+        :meth:`rollback` never goes below ``top - P <= n - W + 1`` (:attr:`rollback_limit`).
+        The run is at most ``W - 1 + c <= P`` positions long: it wraps at most once.
+
+        Worked example, ``W = 3``, ``k = 2`` (5 slots), ``n = 7``, chunk of 3 (positions 7, 8, 9)::
+
+            before  [p5, p6, p2, p3, p4]    write 7, 8, 9 into slots 2, 3, 4
+            after   [p5, p6, p7, p8, p9]    first query (7) sees 5, 6: lo = 5, slot 0
+            returned slots 0..4 = p5..p9    one view, no copy (a chunk one token later, positions
+                                            6..10, wraps: slots 1..4 and 0, two slices joined)
+        """
+        S, W, P, n = self.num_sinks, self.window_size, self._period, self._seen
+        tokens = k_new.shape[2]
+        end = n + tokens
+        self._write(n, k_new, v_new)
+        lo = max(S, n - W + 1)
+        runs = self._slot_runs(lo, end)
+        if S:
+            runs = [(0, S), *runs]  # every sink is held (n >= S), before the window in time and in slots
+        if len(runs) > 1 and runs[0][1] == runs[1][0]:  # sinks right before the run: one run of slots
+            runs = [(runs[0][0], runs[1][1]), *runs[2:]]
+        if len(runs) == 1:
+            a, b = runs[0]
+            k, v = self.k_buf.narrow(2, a, b - a), self.v_buf.narrow(2, a, b - a)
+        else:
+            k = torch.cat([self.k_buf.narrow(2, a, b - a) for a, b in runs], dim=2)
+            v = torch.cat([self.v_buf.narrow(2, a, b - a) for a, b in runs], dim=2)
+        positions = torch.arange(lo, end, device=self._device)
+        self._positions = torch.cat([self._slot_index[:S], positions]) if S else positions
+        self._seen = end
+        return k, v
+
+    def _write(self, n: int, k_new: torch.Tensor, v_new: torch.Tensor) -> None:
+        """Write ``c`` new tokens into their slots: positions ``n .. n + c - 1``, ``n >= S``, ``c <= W + lookahead``."""
+        # narrow, not [:, :, a:b]: a third of the cost, and this runs in every layer of every verify
+        offset = 0
+        for a, b in self._slot_runs(n, n + k_new.shape[2]):  # one or two runs of slots, in position order
+            self.k_buf.narrow(2, a, b - a).copy_(k_new.narrow(2, offset, b - a))
+            self.v_buf.narrow(2, a, b - a).copy_(v_new.narrow(2, offset, b - a))
+            offset += b - a
+
+    def update_in_place(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """:meth:`update` for ``c <= lookahead + 1`` tokens, returning the buffers themselves and a mask of the window.
+
+        What the decoder calls for a verify (and a draft model's one-token steps) on a ring with
+        lookahead and no sinks (``reads_in_place``; the paged cache's method of the same name, for
+        one token). Returns ``(k, v, bias)``: the buffers ``(B, H, W + lookahead, D)`` in slot order,
+        nothing gathered or copied, and ``bias`` ``(c, W + lookahead)`` in their dtype: 0 where query
+        ``seen + i`` may attend to the slot, ``-inf`` elsewhere (tokens that left its window, later
+        tokens of the chunk, slots a rollback left stale). ``softmax(q kᵀ/√d + bias) v`` is the
+        chunk's attention over its windows: what ``update`` and :func:`~swkv_teach.masks.window_mask`
+        give, summed in slot order.
+
+        Why the mask needs no positions: once this update has brought ``seen`` to ``P = W + lookahead``
+        or more, slot ``s`` holds (or, if stale, stands for a position older than every window of the
+        chunk) the one position ``p ≡ s (mod P)`` in ``seen - P .. seen - 1``, and query ``r``
+        (a position of the chunk) sees slot ``s`` exactly when ``(r - s) mod P < W``: the window's
+        ``W`` slots ending at ``r``'s, cyclically; the chunk's later tokens are ``P - c + 1 .. P - 1
+        >= W`` ahead mod ``P`` (``c <= lookahead + 1``), so masked. That row depends only on ``r mod P``:
+        it is row ``(P - 1 - r) mod P`` (or ``+ P``) of ``_bias_rows``, windows of one ``(3P - 1,)``
+        pattern made at allocation, so the chunk's rows are consecutive rows read bottom-up (a flip
+        for ``c > 1``). Example, ``W = 3``, ``lookahead = 2`` (``P = 5``), query 7 after 8 tokens::
+
+            slot s              0    1    2    3    4
+            position held       5    6    7    3    4      (3, 4: kept for a rollback)
+            (7 - s) mod 5       2    1    0    4    3      < 3: slots 0, 1, 2 = positions 5, 6, 7
+
+        Before that (the first lap), it is :meth:`update` (every check) and a mask from positions.
+        ``seen`` moves as with ``update``; ``positions`` are then the slots'.
+        """
+        c = k_new.shape[2] if isinstance(k_new, torch.Tensor) and k_new.dim() == 4 else None
+        if self.num_sinks or c is None or not 1 <= c <= self.lookahead + 1:
+            got = f"shape {tuple(k_new.shape)}" if isinstance(k_new, torch.Tensor) else type(k_new).__name__
+            raise ValueError(f"update_in_place takes 1 to lookahead + 1 = {self.lookahead + 1} tokens (batch, heads, "
+                             f"tokens, head_dim) on a ring without sinks (num_sinks={self.num_sinks}); got k_new "
+                             f"{got}: use update")
+        n, P = self._seen, self._period
+        end = n + c
+        shape = self._one_token
+        if not (
+            end >= P
+            and shape is not None
+            and type(k_new) is torch.Tensor
+            and type(v_new) is torch.Tensor
+            and k_new.shape == v_new.shape
+            and k_new.shape[:2] == shape[:2]
+            and k_new.shape[3] == shape[3]
+            and k_new.dtype is self._dtype
+            and v_new.dtype is self._dtype
+            and k_new.device == self._device
+            and v_new.device == self._device
+            and not (k_new.requires_grad or v_new.requires_grad)
+        ):
+            k, v = self.update(k_new, v_new)  # every check, the first lap
+            mask = window_mask(torch.arange(n, end, device=k.device), self.positions.to(k.device), self.window_size)
+            return k, v, torch.zeros(mask.shape, dtype=k.dtype, device=k.device).masked_fill_(~mask, float("-inf"))
+        self._write(n, k_new, v_new)
+        self._seen = end
+        self._positions = None  # the slots' positions (_slot_positions), made if asked
+        rows = self._bias_rows.narrow(0, (P - end) % P, c)  # queries end - 1, end - 2, ..., n
+        return self.k_buf, self.v_buf, rows if c == 1 else rows.flip(0)
+
+    def _slot_runs(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """Slots of window positions ``start .. stop - 1`` (``S <= start``, at most ``W + lookahead`` of them), as
+        ``(first, end)`` runs of consecutive slots in position order: one run, or two where the ring wraps."""
+        S, P = self.num_sinks, self._period
+        first = S + (start - S) % P
+        end = first + (stop - start)
+        if end <= S + P:
+            return [(first, end)]
+        return [(first, S + P), (S, end - P)]
 
     # ------------------------------------------------------------ taking tokens back
     @property
@@ -296,6 +439,7 @@ class RingBufferKVCache(KVCache):
         self._device = self._dtype = None
         self._slot_index = torch.zeros(0, dtype=torch.long)
         self._whole = None
+        self._bias_rows = None
         self._seen = 0
         self._top = 0  # one past the highest position written, kept up to date by rollback only
         self._positions = None
