@@ -852,5 +852,5 @@ plt.show()
 # * Redis's LRU samples: close to exact above the cliff; below it, one sample is close to random eviction and the
 #   default 5 samples as bad as exact LRU on a loop. Its clock ticks once a second.
 #
-# Next: [exercise 13](../exercises/13_prefix_cache_lru.ipynb), if you have not written it yet, then the interview
-# drill.
+# Next: [exercise 13](../exercises/13_prefix_cache_lru.ipynb), if you have not written it yet, then
+# [lesson 13](13_speculative_decoding.ipynb): speculative decoding on a ring, before the interview drill.

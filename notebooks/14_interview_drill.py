@@ -11,8 +11,8 @@
 # %% [markdown]
 # # Lesson 14 — Interview drill
 #
-# **Time:** about 60 minutes to read, plus 55–95 to answer the nineteen questions aloud before you open each fold (3–5 minutes each). **You need:**
-# lessons 0–12; it comes last so that every question is about something taught (each answer says where its
+# **Time:** about 70 minutes to read, plus 60–100 to answer the twenty questions aloud before you open each fold (3–5 minutes each). **You need:**
+# lessons 0–13; it comes last so that every question is about something taught (each answer says where its
 # topic is taught). Sources: [references](../docs/references.md); formulas: [cheat sheet](../docs/cheatsheet.md).
 #
 # **By the end you will be able to**
@@ -23,11 +23,12 @@
 # * state the window convention with its boundary, and name who counts $W + 1$ keys;
 # * turn bytes into milliseconds on a GPU, say what keeps a fused kernel from running, and batch prompts
 #   of different lengths without breaking their positions.
+# * say what a sliding-window cache must keep for speculative decoding, and what a rejected draft costs.
 #
-# Nineteen questions of the kind asked in ML-systems and LLM-serving interviews: complexity, memory
+# Twenty questions of the kind asked in ML-systems and LLM-serving interviews: complexity, memory
 # arithmetic, trade-offs between eviction policies and memory layouts, RoPE, chunked prefill, the window
 # convention's off-by-one, and what a GPU or a server does with a cache: bandwidth, fused kernels, batches,
-# prefix caching. Say your answer out loud (or write it down) before opening
+# prefix caching, speculative decoding. Say your answer out loud (or write it down) before opening
 # the folded one. The answers are short on purpose: an interviewer wants the key idea and a number.
 #
 # Two small calculators come first, so you can change the numbers and redo the arithmetic in any
@@ -517,6 +518,55 @@ for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
 # </details>
 
 # %% [markdown]
+# ### Q20. Speculative decoding on a sliding window
+#
+# **You serve Mistral 7B, a window of $W = 4096$ in every layer, with speculative decoding: $k = 5$ drafts per round, verified in one forward, on a ring-buffer cache. What must the ring keep, what does a round that rejects 3 of the 5 drafts cost, and why can a ring of exactly 4096 slots not do it?**
+#
+# <details class="swkv-answer"><summary><b>Answer</b> (try first)</summary>
+#
+# The verify writes $k + 1 = 6$ tokens, the pending one and the 5 drafts, at positions $n \dots n + 5$, in one
+# forward (a chunk: each query masked to its own window). A ring of $S$ slots writes position $p$ into slot
+# $p mod S$. With $S = W = 4096$, the token at $n + i$ lands on the key of $n + i - 4096$. Keep $a$ drafts and the
+# next query sits at $n + a + 1$ and needs keys $j > n + a + 1 - 4096$: every rejected token with $i \ge a + 2$ has
+# overwritten one of them. Rejecting 3 of 5 ($a = 2$), the tokens at $n + 4$ and $n + 5$ destroyed the keys of
+# $n - 4092$ and $n - 4091$, which nothing can restore short of recomputing those positions in every layer; a plain
+# ring can take back one token at most. So the ring keeps **$W + k = 4101$ slots**: the token at $n + i$ then lands on
+# $n + i - 4101$, outside every window that can follow, since $i \le 5$. The rejection costs a counter: `seen` goes
+# back by 3, no tensor is copied, and the stale slots are masked by the positions the ring reports for them. In
+# memory, 5 more slots per layer: $5 	imes 128\,	ext{KiB} = 640\,	ext{KiB}$ per sequence beside the window's
+# 512 MiB. In time, the verify cost about one decode step whatever was rejected (memory-bound: 6 tokens read the same
+# bytes as one), and the round still emits $a + 1 = 3$ tokens, the 2 kept drafts and the model's correction, for one
+# verify and 5 draft steps: a rejection wastes arithmetic and draft work, not memory traffic. transformers'
+# `DynamicSlidingWindowLayer` gets there by keeping $W - 1 + k + 1$ states while recording and cropping them (a copy
+# of the window every forward); its static layer cannot roll back past the window; vLLM writes drafts to fresh paged
+# slots, rolls back `num_computed_tokens`, and frees a window's blocks only on settled tokens. Lesson 13, sections 1,
+# 3 and 6.
+#
+# </details>
+
+# %%
+# check the answer on real rings: keys are their own positions, n = 5000 tokens seen
+def rejected_three(lookahead, W=4096, n=5000, k=5, kept=2):
+    ring = RingBufferKVCache(W, lookahead=lookahead)
+    pos = torch.arange(n + k + 1, dtype=torch.float32).view(1, 1, -1, 1)
+    ring.update(pos[:, :, :n], pos[:, :, :n])
+    ring.update(pos[:, :, n:], pos[:, :, n:])  # the verify: pending + 5 drafts
+    held = set(ring.k_buf.flatten().int().tolist())
+    # the stored keys the next query (at n + kept + 1) attends
+    needed = set(range(n + kept + 1 - W + 1, n + kept + 1))
+    try:
+        ring.rollback(k - kept)
+        refused = "rollback(3) done"
+    except ValueError:
+        refused = "rollback(3) refused"
+    return ring.capacity, sorted(needed - held), refused
+
+
+for lookahead in (0, 5):
+    slots, lost, said = rejected_three(lookahead)
+    print(f"{slots} slots: keys the next query needs but lost: {lost}; {said}")
+
+# %% [markdown]
 # ## Where each topic is taught
 #
 # * Q1, Q3, Q4, Q5, Q13, Q15: [lesson 0](00_why_cache.ipynb) (costs, bytes, hybrid stacks, forgetting).
@@ -530,18 +580,16 @@ for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
 #   section 3, and the kernel of [lesson 11](11_fused_decode_kernel.ipynb); Q18:
 #   [lesson 4](04_decoding_with_the_cache.ipynb), section 8; Q19: [lesson 12](12_prefix_caching.ipynb), section 3, and
 #   [lesson 7](07_serving_memory.ipynb) (KV cache groups).
+# * Q20: [lesson 13](13_speculative_decoding.ipynb), sections 1 (why a verify costs about one step), 3 (the ring's
+#   lookahead drawn) and 6 (transformers and vLLM).
 # * Building the naive cache yourself: [lesson 1](01_six_steps.ipynb) and
 #   [exercise 02](../exercises/02_sliding_window_cache.ipynb).
 # * All sources: [references](../docs/references.md); formulas: [cheat sheet](../docs/cheatsheet.md).
 #
 # ## Going further
 #
-# * Write the question you would ask about **speculative decoding** with a ring cache: the draft's
-#   rejected tokens must be taken back out of the cache. What must a ring keep to roll back `k`
-#   tokens, and what does that cost? Then compare with the library's answer:
-#   `RingBufferKVCache(W, lookahead=k)` keeps $W + k$ slots, so a verify of $k + 1$ tokens never
-#   overwrites a key an accepted token still needs, and `rollback(r)` takes back `r` tokens by moving a
-#   counter (no tensor copied); inside transformers, `hf_cache(model, lookahead=k)` serves assisted
-#   generation, whose `crop(-r)` is that rollback (lesson 9, "What to remember"; the README).
+# * Redo Q20 with sampling instead of greedy decoding: what decides whether a draft is kept, what is emitted after a
+#   rejection, and why the text still follows the model's distribution? Then compare with lesson 13, section 4, and
+#   `swkv_teach.speculative.accept_sampled`.
 # * Redo Q6 for a 5 : 1 hybrid model instead of Mistral 7B: how many sequences fit, and what now
 #   limits the batch?

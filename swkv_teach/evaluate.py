@@ -14,6 +14,8 @@ Lesson 8's measurements, as functions a notebook calls and a test can check:
   A" is answered by the interval of the per-segment differences, which is much
   narrower than two overlapping intervals suggest (segments differ far more from
   each other than policies do on one segment).
+* :func:`ratio_interval`: a rate counted over independent units (drafts accepted per drafts
+  examined, over prompts; lesson 13), the units resampled whole.
 * :func:`attention_maps` and :func:`sink_shares`: how much attention each layer and
   head puts on the first token(s) (StreamingLLM's "attention sinks", Xiao et al. 2023, §3.1).
 * :func:`streaming_losses`: StreamingLLM's experiment (§3.1, Fig. 3; §4): per-position loss
@@ -43,6 +45,7 @@ __all__ = [
     "interval",
     "paired_difference",
     "policy_losses",
+    "ratio_interval",
     "sink_shares",
     "sinks_in_cache_positions",
     "streaming_losses",
@@ -155,6 +158,33 @@ def paired_difference(a, b, level: float = 0.95, n_boot: int = 2000, seed: int =
     if a.shape != b.shape:
         raise ValueError(f"a and b must score the same segments; got shapes {tuple(a.shape)} and {tuple(b.shape)}")
     return _bootstrap(a - b, level, n_boot, seed)
+
+
+def ratio_interval(numerators, denominators, level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> Interval:
+    """``sum(numerators) / sum(denominators)`` with a percentile-bootstrap interval, units resampled whole.
+
+    One entry per independent unit (a prompt): drafts accepted and drafts examined, or plain and
+    speculative seconds. Events inside one unit are not independent (drafts are accepted in runs, a
+    slow second slows every step in it), so the unit is resampled, never the event: a binomial
+    interval over all drafts would be narrower than the data allow. Example: ``[1, 3] / [2, 2]`` is
+    1.0, and its resamples are 0.5, 1.0 or 1.5.
+    """
+    num = torch.as_tensor(numerators, dtype=torch.float64).flatten()
+    den = torch.as_tensor(denominators, dtype=torch.float64).flatten()
+    if num.shape != den.shape:
+        raise ValueError(f"numerators and denominators must count the same units; got {len(num)} and {len(den)}")
+    if len(num) < 2:
+        raise ValueError(f"ratio_interval needs at least two units to resample; got {len(num)}")
+    if not bool((den > 0).all()):
+        raise ValueError(f"every denominator must be > 0 (a unit with nothing counted); got {den.tolist()}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1); got {level}")
+    check_positive_int("n_boot", n_boot)
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, len(num), (n_boot, len(num)), generator=g)
+    ratios = num[idx].sum(dim=1) / den[idx].sum(dim=1)
+    lo, hi = torch.quantile(ratios, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)).tolist()
+    return Interval(float(num.sum() / den.sum()), lo, hi)
 
 
 def compare(model: Decoder, segments: torch.Tensor, budgets, policies=POLICIES, recent_fraction: float = 0.5) -> dict:

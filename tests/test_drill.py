@@ -9,7 +9,9 @@ Read from the stored notebook (its cells and printed outputs), so a rebuilt note
 - Q17 no longer claims FlashAttention's in-kernel RoPE serves a ring "with tables shifted": the kernel rotates
   only the new keys it writes, at ``cache_seqlens`` (flash-attention's flash_attn_interface.py docstring of
   ``flash_attn_with_kvcache``; csrc/flash_attn/flash_api.cpp refuses cos/sin without ``k``);
-- a question asks how a hybrid model's prefix-cache hit is found (vLLM's HybridKVCacheCoordinator).
+- a question asks how a hybrid model's prefix-cache hit is found (vLLM's HybridKVCacheCoordinator);
+- Q20 (speculative decoding on a sliding window) keeps $W + k$ slots and counts the keys a $W$-slot ring loses,
+  as its check cell prints them from real rings.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def test_the_drill_is_the_last_lesson():
 
 def test_each_question_is_a_short_title_then_the_full_question_then_a_folded_answer():
     questions = _questions()
-    assert len(questions) >= 19
+    assert len(questions) >= 20
     numbers = [int(re.match(r"### Q(\d+)\.", q).group(1)) for q in questions]
     assert numbers == list(range(1, len(questions) + 1)), f"questions out of order: {numbers}"
     for q in questions:
@@ -125,3 +127,18 @@ def test_a_question_asks_for_a_hybrid_models_prefix_cache_hit():
     for needed in ("HybridKVCacheCoordinator", "find_longest_cache_hit", "kv_cache_coordinator.py",
                    "full-attention hit, then", "within"):
         assert needed in flat, f"the hybrid prefix-cache question should say {needed!r}"
+
+
+def test_q20_speculative_decoding_keeps_w_plus_k_slots_and_counts_what_a_w_slot_ring_loses():
+    """W = 4096, k = 5, 3 of 5 drafts rejected (a = 2 kept): on a W-slot ring the token at n + i overwrites the key of
+    n + i - W, which the next query (n + a + 1) needs when i >= a + 2: i = 4, 5, keys n - 4092 and n - 4091."""
+    text, code = _question(20)
+    flat = " ".join(text.split())
+    W, k, a, n = 4096, 5, 2, 5000
+    lost = [n + i - W for i in range(a + 1, k + 1) if n + i - W > n + a + 1 - W]
+    assert lost == [n - 4092, n - 4091]
+    assert f"W + k = {W + k}" in flat and "n - 4092" in flat and "n - 4091" in flat, flat
+    assert "i \\ge a + 2" in flat and "counter" in flat and "Lesson 13" in flat
+    printed = "\n".join(_printed(c) for c in code)
+    assert f"{W} slots: keys the next query needs but lost: {lost}; rollback(3) refused" in printed, printed
+    assert f"{W + k} slots: keys the next query needs but lost: []; rollback(3) done" in printed, printed

@@ -13,6 +13,7 @@ from swkv_teach.evaluate import (
     interval,
     paired_difference,
     position_losses,
+    ratio_interval,
     sink_shares,
     streaming_losses,
 )
@@ -102,6 +103,40 @@ def test_interval_arguments_are_checked():
     with pytest.raises(ValueError, match="same segments"):
         paired_difference([1.0, 2.0], [1.0, 2.0, 3.0])
     assert str(Interval(1.0, 0.5, 1.5)) == "1.000 [0.500, 1.500]"
+
+
+def test_ratio_interval_resamples_units_whole_by_hand():
+    """[1, 3] / [2, 2]: a resample of two units holds unit 0 twice (0.5), both (1.0) or unit 1 twice (1.5)."""
+    got = ratio_interval([1, 3], [2, 2], n_boot=4000)
+    assert got.mean == 1.0
+    assert (got.low, got.high) == (0.5, 1.5)
+
+
+def test_ratio_interval_is_a_ratio_of_sums_not_a_mean_of_ratios():
+    """1 of 10 drafts kept in one prompt, 30 of 100 in another: 31 / 110, not (0.1 + 0.3) / 2."""
+    got = ratio_interval([1, 30], [10, 100])
+    assert got.mean == pytest.approx(31 / 110)
+    assert got.low == pytest.approx(0.1) and got.high == pytest.approx(0.3)  # both units alone are the extremes
+
+
+def test_ratio_interval_narrows_with_more_units_of_the_same_rate():
+    g = torch.Generator().manual_seed(0)
+    den = torch.randint(20, 40, (200,), generator=g).double()
+    num = torch.distributions.Binomial(den, torch.full_like(den, 0.6)).sample()
+    few, many = ratio_interval(num[:10], den[:10]), ratio_interval(num, den)
+    assert many.low < 0.6 < many.high
+    assert many.high - many.low < (few.high - few.low) / 2  # about 1/sqrt(20) as wide
+
+
+def test_ratio_interval_arguments_are_checked():
+    with pytest.raises(ValueError, match="same units"):
+        ratio_interval([1, 2], [1, 2, 3])
+    with pytest.raises(ValueError, match="at least two units"):
+        ratio_interval([1], [2])
+    with pytest.raises(ValueError, match="every denominator must be > 0"):
+        ratio_interval([1, 0], [2, 0])
+    with pytest.raises(ValueError, match="level must be in"):
+        ratio_interval([1, 2], [2, 2], level=95)
 
 
 # ----------------------------------------------------------------------------- policy losses

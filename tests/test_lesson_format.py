@@ -34,7 +34,7 @@ FORMATTED = [
     "00_why_cache", "01_six_steps", "02_watching_eviction", "03_ring_buffer",
     "04_decoding_with_the_cache", "05_eviction_policies", "06_measuring", "07_serving_memory",
     "08_which_tokens_to_keep", "09_inside_transformers", "10_demo_to_service", "11_fused_decode_kernel",
-    "12_prefix_caching", "14_interview_drill",
+    "12_prefix_caching", "13_speculative_decoding", "14_interview_drill",
 ]
 DOCS = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
 MAX_CODE_LINE = 88
