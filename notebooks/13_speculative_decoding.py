@@ -50,7 +50,6 @@ import torch
 import swkv_teach
 from swkv_teach.bench.speculative import expected_speedup
 from swkv_teach.caches import RingBufferKVCache
-from swkv_teach.evaluate import heldout_segments, ratio_interval
 from swkv_teach.model import LayerCaches
 from swkv_teach.plots_speculative import plot_ring_round, record_round
 from swkv_teach.speculative import PromptLookup, early_exit
@@ -113,9 +112,11 @@ for n in (1, 2, 5, 9, 17, 65, 300, 1000):
 #
 # **On this CPU** the shipped checkpoint is a different case: its 324 thousand weights (1.3 MB in float32)
 # sit in the processor's cache, so a step is bound neither by memory nor by arithmetic but by **overhead**: Python
-# and the launch of a few dozen small operations per layer, the same count for 1 token as for 65. The chunk path
-# also does bookkeeping a one-token step skips (a mask built from positions, the stored keys gathered in order,
-# lesson 3's chunk contract). The cell below measures a forward of $n$ tokens over a ring past its window, the
+# and the launch of a few dozen small operations per layer, the same count for 1 token as for 65. A verify also
+# needs a mask a one-token step on a plain ring skips: a ring with lookahead holds $W + k$ slots, some of them keys
+# outside a query's window (lesson 3's chunk contract). The library writes the new keys into their slots and masks
+# the stale ones with rows of one pattern built when the ring is allocated, so no key is gathered or copied
+# (`RingBufferKVCache.update_in_place`). The cell below measures a forward of $n$ tokens over a ring past its window, the
 # median of many, against one plain decode step, in CPU time of this process (a busy neighbour on the machine
 # stretches wall time, not this), and prints what it found:
 
@@ -455,50 +456,32 @@ for label, rule, one_hot in (("ratio test, sampled drafts", accept_sampled, Fals
 # drafts accepted over drafts the model ruled on, with a 95 % interval from resampling the prompts whole
 # (`ratio_interval`): drafts within one text are accepted in runs, not independently, so an interval that treated
 # each draft as a coin flip would be too narrow. Every run is also checked against plain greedy decoding, token for
-# token. The run's times are recorded here and reported in the next cell.
+# token. The bench runs the same measurement (`swkv-teach bench`, `swkv_teach.bench.speculative`): this cell
+# calls it, and prints the counts; its times are reported in the next cell.
 
 # %%
-from swkv_teach.speculative import speculative_generate  # noqa: E402
+from swkv_teach.bench.speculative import (  # noqa: E402
+    FRESH,
+    speculative_rows,
+    workloads,
+)
 
-segments = heldout_segments(tok, length=128, max_segments=8)
-QUOTE = tok.encode("\n# the same lines, quoted again:\n")
-workloads = {
-    "fresh code": [s[:128].tolist() for s in segments],
-    "quoted back": [s[:128].tolist() + QUOTE + s[:48].tolist() for s in segments],
-}
+prompts = workloads(tok)  # {"fresh code": 8 prompts, "quoted back": the same, quoted}
+print("a quoted-back prompt ends:", repr(tok.decode(prompts["quoted back"][0])[-52:]))
 NEW, KS = 96, (2, 4, 8)
-drafters = {"prompt lookup": lambda k: PromptLookup(k),
-            "early exit (1 layer)": lambda k: early_exit(model, 1, k)}
-runs, plain_s, same = {}, {w: [] for w in workloads}, True
-for w, prompts in workloads.items():
-    for p_ids in prompts:  # plain, then every drafter on the same prompt: paired times
-        ids = torch.tensor([p_ids])
-        t = time.process_time()
-        reference = model.generate(ids, NEW)
-        plain_s[w].append(time.process_time() - t)
-        for name, make in drafters.items():
-            for k in KS:
-                t = time.process_time()
-                out, st = speculative_generate(model, ids, NEW, make(k))
-                r = runs.setdefault((w, name, k),
-                                    {"s": [], "acc": [], "ex": [], "rounds": []})
-                r["s"].append(time.process_time() - t)
-                r["acc"].append(st.accepted)
-                r["ex"].append(st.examined)
-                r["rounds"].append(st.rounds)
-                same &= torch.equal(out, reference)
-print(f"{len(runs) * 8} speculative runs, each equal to plain greedy decoding: "
-      f"{same}\n")
-print(f"{'workload':12} {'drafter':21} {'k':>2} {'α [95 % interval]':>20} "
+rows = speculative_rows(ks=KS, new_tokens=NEW, prompts=8, model=model, tokenizer=tok)
+drafted = [r for r in rows if r["k"]]
+print(f"{len(drafted) * 8} speculative runs, each equal to plain greedy decoding: "
+      f"{all(r['same_tokens'] for r in drafted)}\n")
+print(f"{'workload':12} {'drafter':26} {'k':>2} {'α [95 % interval]':>19} "
       f"{'tokens/verify':>13} {'E':>5}")
-for (w, name, k), r in runs.items():
-    alpha = ratio_interval(r["acc"], r["ex"])
+for r in drafted:
+    lo, hi = r["alpha_interval"]
     # the prompt's forward gives the first token; every round after it is one verify
-    per_verify = (NEW - 1) * len(r["rounds"]) / sum(r["rounds"])
-    r.update(alpha=alpha, per_verify=per_verify)
-    E = expected_speedup(alpha.mean, k, 0.0)  # c = 0: the formula's tokens per round
-    print(f"{w:12} {name:21} {k:>2} {alpha.mean:6.2f} "
-          f"[{alpha.low:.2f}, {alpha.high:.2f}]  {per_verify:13.2f} {E:5.2f}")
+    per_verify = (NEW - 1) * 8 / r["rounds"]
+    E = expected_speedup(r["alpha"], r["k"], 0.0)  # c = 0: tokens per round
+    print(f"{r['workload']:12} {r['drafter']:26} {r['k']:>2} {r['alpha']:5.2f} "
+          f"[{lo:.2f}, {hi:.2f}]  {per_verify:13.2f} {E:5.2f}")
 
 # %% [markdown]
 # Columns: $\alpha$ with its interval; tokens per verify, measured (new tokens after the first, over the rounds);
@@ -515,53 +498,35 @@ for (w, name, k), r in runs.items():
 # * **The measured tokens per verify fall short of $E$** for prompt lookup: the formula assumes $k$ drafts every
 #   round, and lookup proposes fewer, or none, where the context has no match.
 #
-# Now the speed-up. The cell measures $c$ (an early-exit draft step over a plain decode step) and the cost $v$ of a
-# verify of $k + 1$ tokens in plain steps, as section 1 did, and prints, beside the measured ratio of plain to
-# speculative time with its interval over the 8 prompts, the formula twice: as published ($v = 1$, the GPU case) and
-# with this machine's $c$ and $v$, $E / (c k + v)$.
+# Now the speed-up. Beside the runs, `speculative_rows` measured $c$ (a drafter's cost per draft in plain decode
+# steps: an early-exit step, or prompt lookup's search spread over its $k$ drafts) and the cost $v$ of a verify of
+# $k + 1$ tokens in plain steps, as section 1 did. The cell prints, beside the measured ratio of plain to
+# speculative time with its interval over the 8 prompts, the formula twice: as published ($v = 1$, the GPU case)
+# and with this machine's $c$ and $v$, $E / (c k + v)$.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-draft = early_exit(model, 1, 8).model
-draft_caches = LayerCaches([RingBufferKVCache(W, 8)], W)  # as DraftModel builds them
-one_token = torch.ones(1, 1, dtype=torch.long)
-
-
-def median_step_ms(m, caches, repeats=150):
-    m.step(prompt, caches)
-    times = []
-    for _ in range(repeats):
-        t = time.process_time()
-        m.step(one_token, caches)
-        times.append(time.process_time() - t)
-    return statistics.median(times) * 1e3
-
-
-c_exit = median_step_ms(draft, draft_caches) / step_ms
-v = {k: forward_ms(k + 1, max(SIZES)) / step_ms for k in KS}
+fresh = [r for r in drafted if r["workload"] == FRESH]
+c_exit = next(r["c"] for r in fresh if r["drafter"] != "prompt lookup")
 print(f"c = {c_exit:.2f} (an early-exit step ÷ a plain step);\nverify cost v in "
-      "plain steps: " + ", ".join(f"k={k}: {v[k]:.2f}" for k in KS))
-print(f"\n{'workload':12} {'drafter':21} {'k':>2} {'measured [95 % interval]':>25} "
+      "plain steps: " + ", ".join(f"k={r['k']}: {r['verify_cost']:.2f}"
+                                 for r in fresh if r["drafter"] == "prompt lookup"))
+print(f"\n{'workload':12} {'drafter':26} {'k':>2} {'measured [95 % interval]':>25} "
       f"{'v = 1':>6} {'this CPU':>8}")
-best = None
-for (w, name, k), r in runs.items():
-    speed = ratio_interval(plain_s[w], r["s"])
-    c = 0.0 if name == "prompt lookup" else c_exit
-    paper = expected_speedup(r["alpha"].mean, k, c)
-    here = paper * (c * k + 1) / (c * k + v[k])
-    print(f"{w:12} {name:21} {k:>2} {speed.mean:11.2f}× "
-          f"[{speed.low:.2f}, {speed.high:.2f}] {paper:5.2f}× {here:7.2f}×")
-    if best is None or speed.mean > best[0].mean:
-        best = (speed, w, name, k)
-speed, w, name, k = best
-verdict = ("faster than plain decoding" if speed.low > 1 else
-           "not clearly faster than plain decoding" if speed.high > 1 else
+for r in drafted:
+    lo, hi = r["speedup_interval"]
+    paper, here = r["expected"], r["expected_with_verify"]
+    print(f"{r['workload']:12} {r['drafter']:26} {r['k']:>2} {r['speedup']:11.2f}× "
+          f"[{lo:.2f}, {hi:.2f}] {paper:5.2f}× {here:7.2f}×")
+best = max(drafted, key=lambda r: r["speedup"])
+lo, hi = best["speedup_interval"]
+verdict = ("faster than plain decoding" if lo > 1 else
+           "not clearly faster than plain decoding" if hi > 1 else
            "slower than plain decoding")
-c = 0.0 if name == "prompt lookup" else c_exit
-expected = expected_speedup(runs[(w, name, k)]["alpha"].mean, k, c)
-print(f"\nthe best run: {name}, k = {k}, on {w}: {speed.mean:.2f}× plain decoding "
-      f"[{speed.low:.2f}, {speed.high:.2f}],\n{verdict} at 95 %; the formula "
-      f"with v = 1 expected {expected:.2f}×")
+speed = best["speedup"]
+print(f"\nthe best run: {best['drafter']}, k = {best['k']}, on {best['workload']}: "
+      f"{speed:.2f}× plain decoding [{lo:.2f}, {hi:.2f}],\n{verdict} at 95 %; "
+      f"the formula with v = 1 expected {best['expected']:.2f}×")
 
 # %% [markdown]
 # How to read the three speed-up columns: the published formula ($v = 1$) is what a GPU would give with these

@@ -186,7 +186,7 @@ def test_the_speculative_section_rides_in_the_run_and_judges_only_its_tokens(qui
     assert result["targets"]["speculative_same_tokens"]["met"] is True
     lookup = result["targets"]["speculative_lookup_repetitive"]
     assert lookup["met"] is None and lookup["value"] == max(
-        r["speedup"] for r in spec["rows"] if r["workload"] == "quoted passage" and r["drafter"] == "prompt lookup")
+        r["speedup"] for r in spec["rows"] if r["workload"] == "quoted back" and r["drafter"] == "prompt lookup")
     assert "speculative greedy decoding vs plain ring" in table(result)
 
 

@@ -64,7 +64,8 @@ def test_the_lesson_ends_by_leading_to_the_drill_and_lesson_12_leads_here():
 def _alpha_rows() -> dict[tuple[str, str, int], tuple[float, float, float, float, float]]:
     """(workload, drafter, k) -> (alpha, low, high, tokens per verify, E), from the compared table."""
     rows = {}
-    row = re.compile(r"^(fresh code|quoted back)\s+(prompt lookup|early exit \(1 layer\))\s+(\d+)\s+([\d.]+) "
+    row = re.compile(r"^(fresh code|quoted back)\s+(prompt lookup|early exit \(1 of 3 layers\))\s+(\d+)\s+"
+                     r"([\d.]+) "
                      r"\[([\d.]+), ([\d.]+)\]\s+([\d.]+)\s+([\d.]+)$", re.MULTILINE)
     for w, d, k, *numbers in row.findall(_outputs()):
         rows[(w, d, int(k))] = tuple(float(x) for x in numbers)
@@ -83,7 +84,7 @@ def test_the_acceptance_table_holds_what_the_prose_reads_from_it():
     for (w, d, k), (alpha, low, high, per_verify, E) in rows.items():
         assert low <= alpha <= high
         if d == "prompt lookup":
-            assert alpha > rows[(w, "early exit (1 layer)", k)][0], (w, k)
+            assert alpha > rows[(w, "early exit (1 of 3 layers)", k)][0], (w, k)
             assert per_verify < E, (w, k)  # "fall short of E for prompt lookup"
     assert "does not raise prompt lookup's $\\alpha$ here" in text
     for k in (2, 4, 8):

@@ -74,7 +74,6 @@ import torch
 
 from swkv_teach.bench import decode as decode_mod
 from swkv_teach.bench import hf_cache as hf_cache_mod
-from swkv_teach.bench import speculative as speculative_mod
 from swkv_teach.bench.measure import bytes_allocated_per_call, bytes_held, calls_per_repeat, time_us_interleaved
 from swkv_teach.bench.report import environment, table, targets
 from swkv_teach.bench.updates import NUM_SINKS, attention_read, subjects
@@ -221,6 +220,8 @@ def _run(windows, batch, heads, head_dim, dtype, device, steps, repeats, quick, 
 
         serving = serving_throughput(**(dict(concurrency=(1, 4), repeats=1, count=4) if quick else {}))
         # issue 39: the shipped checkpoint, one thread, its own settings (bench.speculative.FULL / QUICK)
+        from swkv_teach.bench import speculative as speculative_mod  # here: `python -m` runs it as __main__ too
+
         speculative = speculative_mod.section(quick)
     batching = None
     if hf_batching:  # the course's scheduler against transformers' continuous batching, on the chat

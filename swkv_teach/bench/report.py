@@ -10,8 +10,6 @@ import sys
 import torch
 
 from swkv_teach.bench.goals import TARGETS, judge
-from swkv_teach.bench.speculative import table as speculative_table
-from swkv_teach.bench.speculative import target_values
 
 __all__ = ["TARGETS", "environment", "table", "targets"]
 
@@ -76,6 +74,9 @@ def targets(
     chat, budget = (serving or {}).get("chat"), (serving or {}).get("budget")
     value["chat_prefill_with_caching"] = max(chat["ratio"].values()) if chat else None
     value["budget_vs_reserved"] = budget["ratio"] if budget else None
+    # imported here, not at the top: `python -m swkv_teach.bench.speculative` must find the module not yet imported
+    from swkv_teach.bench.speculative import target_values
+
     value.update(target_values((speculative or {}).get("rows") or []))
     return {name: judge(name, value[name], judged) for name in TARGETS}
 
@@ -167,6 +168,8 @@ def table(result: dict) -> str:
         lines.append(serving_table(result["serving"], judged=cfg.get("targets_judged", True)))
         lines.append("")
     if result.get("speculative"):
+        from swkv_teach.bench.speculative import table as speculative_table
+
         lines.append(speculative_table(result["speculative"], judged=cfg.get("targets_judged", True)))
         lines.append("")
     if cfg.get("targets_judged", True):

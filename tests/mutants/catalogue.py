@@ -958,6 +958,8 @@ MUTANTS += [
     M("bench-spec-target-any-workload", "swkv_teach/bench/speculative.py",
       'if r["workload"] == REPETITIVE and r["drafter"] == LOOKUP]', 'if r["drafter"] == LOOKUP]',
       "the 1.3x target takes the best prompt-lookup row of any workload", BENCH_SPECULATIVE),
-    M("bench-spec-wilson-half-width", "swkv_teach/bench/speculative.py",
-      "z * z / (4 * n * n))", "z * z / (2 * n * n))", "Wilson's interval too wide", BENCH_SPECULATIVE),
+    M("bench-spec-quote-not-its-own", "swkv_teach/bench/speculative.py",
+      "[p + tokenizer.encode(QUOTE) + p[:quote] for p in fresh]",
+      "[p + tokenizer.encode(QUOTE) + fresh[0][:quote] for p in fresh]",
+      "every quoted-back prompt quotes the first prompt instead of its own beginning", BENCH_SPECULATIVE),
 ]
