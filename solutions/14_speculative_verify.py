@@ -161,7 +161,7 @@ def accept(p, drafts, q, generator):
 check_speculative_accept(accept)
 
 
-# %%
+# %% swkv={"exercise": "14", "role": "answer"}
 def speculative_caches(model, k):
     """One ring per layer, window W, k lookahead slots, in a LayerCaches."""
     ### BEGIN SOLUTION

@@ -1,11 +1,12 @@
-"""Refusing the library's own answer handed in as the learner's (exercises 01-03, 06 and 07).
+"""Refusing the library's own answer handed in as the learner's.
 
 Every notebook imports :mod:`swkv_teach`, so ``SlidingWindowKVCache =
 swkv_teach.SlidingWindowKVCache`` (or a subclass, a ``functools.partial``, a
 class whose instances are, or hold, one of the library's caches) would pass a
 check that compares with that very object. These guards are cheap (identity,
 subclass, one level of attributes), not a proof: they catch the shortcut, not
-a determined copy.
+a determined copy. Exercise 14's answers are functions that could call the
+library's answer from inside; :func:`calls_to` watches for that while they run.
 """
 
 from __future__ import annotations

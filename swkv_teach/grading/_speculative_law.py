@@ -230,9 +230,12 @@ class Case:
     n: int = 2000
     seed: int = 0
 
-    def describe(self) -> str:
+    def where(self) -> str:
+        return f"accept, case '{self.title}'"
+
+    def data(self) -> str:
         q = "None (one-hot drafts)" if self.q is None else _rows(self.q)
-        return (f"accept on '{self.title}': p = {_rows(self.p)}, drafts = {self.drafts}, q = {q}")
+        return f"the case: p = {_rows(self.p)}, drafts = {self.drafts}, q = {q}"
 
 
 def _rows(t: torch.Tensor) -> str:

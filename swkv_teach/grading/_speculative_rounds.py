@@ -2,30 +2,33 @@
 
 A *run* is one sequence on a tiny random decoder: the learner's ``speculative_caches(model, k)`` and the
 reference's rings (``RingBufferKVCache(W, lookahead=k)`` per layer) are fed the same prompt by the check, then
-rounds follow. Each round picks ``m <= k`` and a target count ``a``: the first ``a`` drafts are the reference's
-own greedy continuation (stepped on a copy of its rings), the next one a token it did not choose, the rest
-random, so every ``a`` from 0 to ``m`` happens, right after the ring wraps too. The learner's
-``verify(model, caches, pending, drafts)`` and the library's :func:`swkv_teach.speculative.verify` run on their
-own rings; then, in this order:
+rounds follow. Each round picks ``m <= k`` and a target count ``a`` (the extremes first: none of ``k`` kept,
+all kept, no drafts, one rejected; then at random): the first ``a`` drafts are the reference's own greedy
+continuation (stepped on a copy of its rings), the next one a token it did not choose, and after it, in two
+rounds of three, the target's choices again (a count that does not stop at the first rejection shows), else
+random tokens. The learner's ``verify(model, caches, pending, drafts)`` and the library's
+:func:`swkv_teach.speculative.verify` run on their own rings; then, in this order:
 
 1. **what was fed** (:class:`Spy`: a hook on ``model.embed`` sees the ids of each forward, a wrapper on each
    learner ring counts its updates and rollbacks): one forward of ``[pending, *drafts]``, every layer updated
    once with ``m + 1`` tokens; named: one forward per token, pending fed apart, pending forgotten, the new token
    fed too, a forward that bypassed the caches;
-2. **what was returned**: ``(a, token)`` against the library's, diagnosed from the target's choices at each row
-   (:func:`explain_answer`): rows misaligned, every agreement counted, ``a`` counting pending, the bonus
-   forgotten, the rejected draft returned, the last row's choice after a rejection;
-3. **the rings**: every layer's ``seen``, held positions, ``rollback_limit`` and keys/values in order against
-   the reference's (:func:`explain_rings`): never rolled back, ``a`` rolled back instead of ``m - a``, one too
-   many or too few, ``k - a`` (fewer than ``k`` drafts came), only some layers.
+2. **what was returned**: ``(a, token)`` against the library's, diagnosed from the target's choices at each
+   row (:func:`._speculative_slips.explain_answer`): rows misaligned, every agreement counted, ``a`` counting
+   pending, the bonus forgotten, the rejected draft returned, the last row's choice after a rejection;
+3. **the rings**: every layer's ``seen`` and what it holds of the next query's window (positions, keys and
+   values) against the reference's (:func:`._speculative_slips.explain_rings`): never rolled back, ``a``
+   rolled back instead of ``m - a``, one too many or too few, ``k - a`` (fewer than ``k`` drafts came), only
+   some layers.
 
 Before the rounds, ``speculative_caches`` itself: one fresh ring per layer (not one ring repeated), window ``W``
 (not ``W + k``), fresh rings on every call, rings that can take tokens back. The lookahead is judged by what it
 does, not by its value: a ring with too little is named when its ``rollback`` refuses, which is exactly when the
 verify overwrote a slot the next query needs. (``lookahead=k - 1`` passes: ``pending`` is always kept, so a
-rollback takes back at most ``k`` tokens, and a ring can take back ``lookahead + 1`` right after a write.) Rings
-with more lookahead than ``k`` pass too: only ``seen`` and the next query's window are compared, to a tolerance,
-since a ring of another size returns one query's keys in another order.
+round takes back at most ``k`` tokens, and right after a verify's write a ring can take back ``lookahead + 1``;
+``tests/test_grading_speculative.py`` pins it.) Rings with more lookahead than ``k`` pass too: only ``seen`` and
+the next query's window are compared, keys to a tolerance, since a ring of another size hands one query its
+keys in another order and the sums round otherwise.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ import torch
 
 from swkv_teach import speculative as lib
 from swkv_teach.caches import RingBufferKVCache
-from swkv_teach.grading._report import ExerciseFailed, call, fail, rehint, show
+from swkv_teach.grading._own import calls_to
+from swkv_teach.grading._report import ExerciseFailed, call, fail, show
+from swkv_teach.grading._speculative_slips import check_fed, explain_answer, explain_raise, explain_rings
 from swkv_teach.model import Decoder, DecoderConfig, LayerCaches
 
 __all__ = ["SCENARIOS", "Scenario", "check_rounds", "make_model"]
@@ -60,7 +65,7 @@ class Scenario:
 
     def describe(self) -> str:
         return (f"window_size={self.W}, k={self.k}, {self.layers} layer{'s' if self.layers > 1 else ''}, "
-                f"{self.heads[0]} query / {self.heads[1]} key-value heads, {str(self.dtype)[6:]}")
+                f"{self.heads[0]} heads / {self.heads[1]} kv heads, {str(self.dtype)[6:]}")
 
 
 F32, BF16 = torch.float32, torch.bfloat16
@@ -268,18 +273,15 @@ class Run:
         m, a_plan = self.plan(self.done)
         self.done += 1
         drafts, scratch = self.drafts(m, a_plan, trap=self.done % 3 != 0)
-        case = (f"verify(model, caches, pending={self.pending}, drafts={drafts}) on {self.title}, round "
-                f"{self.done}: pending at position {self.seen}, the rings having seen {self.seen} tokens")
+        case = f"verify(model, caches, pending={self.pending}, drafts={drafts}), round {self.done} on {self.title}"
         given = list(drafts)
         self.spy.begin()
         watch = [lib.verify, lib.accept_greedy, lib.accept_sampled, lib.speculative_generate]
-        from swkv_teach.grading._own import calls_to
-
         try:
             with calls_to(*watch) as hits:
                 got = call(case, "verify()", self.verify, self.model, self.spy.caches, self.pending, given)
         except ExerciseFailed as e:
-            raise _explain_raise(e, self, m) from None
+            raise explain_raise(e, self) from None
         finally:
             self.spy.active = False
         if hits:
@@ -293,7 +295,7 @@ class Run:
                        "len(drafts) before any change, or work on a copy.")
         with torch.no_grad():
             want = lib.verify(self.model, self.ref, self.pending, drafts)
-        _check_fed(case, self, drafts)
+        check_fed(case, self, drafts)
         a, token = _ints(case, got, m)
         if (a, token) != tuple(want):
             raise fail(case, f"verify returned (a, token) = ({a}, {token}); the library's verify returns "
@@ -304,92 +306,7 @@ class Run:
         self.seen += want[0] + 1
 
 
-# ============================================================================ 1. what was fed
-def _check_fed(case: str, run: Run, drafts: list) -> None:
-    spy, chunk = run.spy, [run.pending, *drafts]
-    fed = [ids[0] if ids and isinstance(ids[0], list) else ids for ids in spy.fed]
-    ups = spy.updates
-    m = len(drafts)
-    if not fed:
-        raise fail(case, "your verify did not run the model: the drafts were never checked by the target.",
-                   hint="logits = model.step(torch.tensor([[pending, *drafts]], device=...), caches).")
-    if len(fed) > 1 and all(len(f) == 1 for f in fed) and [f[0] for f in fed[: m + 1]] == chunk:
-        raise fail(case, f"your verify ran {len(fed)} forwards of one token each ({fed}): verifying the drafts one "
-                   "at a time costs m + 1 decode steps, the very cost speculative decoding exists to avoid.",
-                   hint="one forward for the whole chunk: model.step(ids, caches) with ids of shape (1, m + 1); the "
-                   "chunk's queries are masked to their own windows, so row i is what a one-token step gives.")
-    if len(fed) == 2 and fed[0] == [run.pending] and fed[1] == drafts:
-        raise fail(case, f"your verify ran two forwards, [pending] then the drafts ({fed}): one forward of "
-                   "[pending, *drafts] does both for the price of one.",
-                   hint="ids = [[pending, *drafts]], one model.step.")
-    if fed[0] == drafts and m:
-        raise fail(case, f"your verify fed the drafts {drafts} without pending = {run.pending}: pending is not yet "
-                   "in the caches, so every draft is placed one position too early and row 0 is not the target's "
-                   "verdict on d_0.", hint="the chunk is [pending, *drafts]: pending first, at position "
-                   "caches[0].seen.")
-    if fed[0] != chunk:
-        raise fail(case, f"your verify's first forward fed {fed[0]}; expected [pending, *drafts] = {chunk}.",
-                   hint="ids = torch.tensor([[pending, *drafts]], device=...).")
-    if len(fed) > 1:
-        extra = fed[1:]
-        raise fail(case, f"after the verify's forward of {chunk} yours ran {len(extra)} more ({extra}): the new "
-                   "token must not be fed yet.",
-                   hint="return (a, token) without feeding token: like pending, it goes first in the next round's "
-                   "verify, which computes its keys together with the next drafts.")
-    for L, u in enumerate(ups):
-        if u != [m + 1]:
-            raise fail(case, f"layer {L}'s ring got {u or 'no'} update{'s' if len(u) != 1 else ''} of tokens during "
-                       f"your verify; one forward of {m + 1} tokens through the caches gives one update of {m + 1}.",
-                       hint="run the chunk through the caches (model.step(ids, caches)), not model(ids), which "
-                       "ignores them.")
-
-
-# ============================================================================ 2. what was returned
-def explain_answer(run: Run, scratch, drafts: list, got: tuple, want: tuple) -> str:
-    """Name the slip from the target's choice at each row (recomputed on the reference's rings before the round)."""
-    dev = next(run.model.parameters()).device
-    with torch.no_grad():
-        best = run.model.step(torch.tensor([[run.pending, *drafts]], device=dev), scratch)[0].argmax(-1).tolist()
-    m, (a, token), (a_exp, t_exp) = len(drafts), got, want
-    rows = f"the target's choices, rows 0..{m}: {best}; drafts: {drafts}"
-    shifted = 0
-    while shifted < m and drafts[shifted] == best[shifted + 1]:
-        shifted += 1
-    agree = sum(d == b for d, b in zip(drafts, best))
-    if a == a_exp + 1 and token == t_exp:
-        return (f"{rows}. Your a is one more than the drafts accepted: pending is not a draft. a counts the "
-                "leading drafts equal to their row's choice.")
-    if a == shifted != a_exp:
-        return (f"{rows}. Your a compares draft i with row i + 1. Row i predicts the token AFTER position i of the "
-                "chunk [pending, *drafts]: row 0 (after pending) is where d_0 should be, so d_i is checked against "
-                "row i.")
-    if a == agree != a_exp:
-        return (f"{rows}. Your a counts every draft that agrees with its row ({agree}), also after a disagreement. "
-                "The first rejected draft ends the round: what follows it was drafted after a token the target "
-                "did not choose. Stop counting at the first draft that differs.")
-    if a == a_exp == m and token != t_exp:
-        if m and token == drafts[-1]:
-            return (f"{rows}. Every draft was accepted and your token is the last draft again: the bonus is "
-                    f"missing. The last row, row m = {m}, predicted one more token: token = best[m] = {t_exp}.")
-        return (f"{rows}. Every draft was accepted; the token is then the bonus, the choice of the last row "
-                f"(row m = {m}): {t_exp}.")
-    if a == a_exp < m and token != t_exp:
-        if token == drafts[a]:
-            return (f"{rows}. Your token is the draft the target rejected (d_{a} = {drafts[a]}); it is the "
-                    f"target's own choice at that row, the correction: best[{a}] = {t_exp}.")
-        if token == best[a + 1] and a + 1 < m:
-            return (f"{rows}. Your token is the choice of row a + 1; the rows are misaligned. Row i predicts the "
-                    "token after position i of [pending, *drafts]: the correction is row a's choice, "
-                    f"best[{a}] = {t_exp}.")
-        if token == best[m]:
-            return (f"{rows}. After a rejection your token is the last row's choice; the rows after the rejected "
-                    f"draft were computed after a token that will not be kept. The correction is row a's choice: "
-                    f"best[{a}] = {t_exp}.")
-        return f"{rows}. The token is the choice at row a: best[{a}] = {t_exp}."
-    return f"{rows}. a is the number of leading drafts equal to their row's choice; token is best[a]."
-
-
-# ============================================================================ 3. the rings
+# ============================================================================ the rings after a round
 TOL = {F32: 1e-4, BF16: 5e-2}
 
 
@@ -414,8 +331,9 @@ def _check_rings(case: str, run: Run, m: int, a: int) -> None:
         s, pos, k1, v1 = _window(mine, W)
         s_exp, pos_exp, k2, v2 = _window(ref, W)
         if (s, pos) != (s_exp, pos_exp):
-            raise fail(case, f"after your verify (which returned a = {a} of m = {m} drafts accepted), layer {L}'s "
-                       f"ring has seen {s} tokens and holds {pos} of the next query's window.",
+            raise fail(case, f"after your verify (which returned a = {a} of m = {m} drafts accepted; pending sat at "
+                       f"position {run.seen}), layer {L}'s ring has seen {s} tokens and holds {pos} of the next "
+                       "query's window.",
                        f"the library's verify leaves it at seen {s_exp}, holding {pos_exp} (the next query, at "
                        f"position {s_exp}, attends to {s_exp - W} < j <= {s_exp}).", hint=explain_rings(run, m, a))
         tol = TOL[run.sc.dtype]  # more lookahead orders a ring's keys otherwise: sums round otherwise
@@ -423,54 +341,6 @@ def _check_rings(case: str, run: Run, m: int, a: int) -> None:
             raise fail(case, f"after your verify, layer {L}'s ring holds the right positions but other keys or "
                        "values than the library's.",
                        hint="feed the chunk once through model.step and change the rings only with rollback.")
-
-
-def explain_rings(run: Run, m: int, a: int) -> str:
-    r = m - a
-    calls = run.spy.rollbacks
-    got = [sum(int(x) for x in rs) if all(isinstance(x, int) for x in rs) else None for rs in calls]
-    k = run.sc.k
-    why = (f"The m - a = {r} rejected drafts must be forgotten by every layer's ring, pending and the accepted "
-           "drafts kept: for cache in caches: cache.rollback(len(drafts) - a).")
-    if not any(calls) and r:
-        return f"your verify never rolled back: the rejected drafts stay in the rings. {why}"
-    if all(g == got[0] for g in got):
-        g = got[0]
-        if g == k - a != r and m < k:
-            return (f"your verify rolled back k - a = {g} with k = {k} (the rings' lookahead), but this round had "
-                    f"m = {m} drafts: m is len(drafts), which may be less than k. {why}")
-        if g == a != r:
-            return f"your verify rolled back a = {a} (the accepted drafts) instead of m - a = {r}. {why}"
-        if g == r + 1:
-            return (f"your verify rolled back {g}, one more than the {r} rejected drafts: the last kept token "
-                    f"(pending or an accepted draft) went too. {why}")
-        if g == r - 1:
-            return f"your verify rolled back {g}, one fewer than the {r} rejected drafts. {why}"
-        return f"your verify rolled back {g} tokens per layer. {why}"
-    rolled = [L for L, g in enumerate(got) if g]
-    return (f"your verify rolled back layers {rolled} only (by {[g for g in got]}): every layer's ring saw the "
-            f"chunk, so every one must forget the rejected drafts. {why}")
-
-
-def _explain_raise(e: ExerciseFailed, run: Run, m: int) -> ExerciseFailed:
-    """A verify that raised: rings too small for the rollback, a tensor handed to rollback, ids on the CPU."""
-    text = str(e)
-    k = run.sc.k
-    looks = [getattr(c, "lookahead", 0) for c in run.rings]
-    if "rollback" in text and "got tensor" in text:
-        return rehint(e, "cache.rollback takes a Python int: a count kept as a tensor (a vectorised sum) must be "
-                      "turned into one, a = int(...), before m - a is handed to rollback (and returned).")
-    if "rollback" in text and min(looks) < k:
-        return rehint(e, f"your rings were built with lookahead={min(looks)} for rounds of up to k = {k} drafts. A "
-                      "verify writes m + 1 tokens into each ring; without spare slots the newest of them overwrite "
-                      "the slots of the oldest tokens the next query's window still needs, so once more than "
-                      "lookahead + 1 drafts are rejected the ring cannot take them back (the library's rollback "
-                      "refuses rather than leave a hole in the window). speculative_caches must build "
-                      "RingBufferKVCache(W, lookahead=k).")
-    if "device" in text.lower() and ("cpu" in text.lower() or "cuda" in text.lower()):
-        return rehint(e, "the ids must be on the model's device: torch.tensor([[pending, *drafts]], "
-                      "device=next(model.parameters()).device).")
-    return e
 
 
 # ============================================================================ the driver

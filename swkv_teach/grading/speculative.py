@@ -32,9 +32,9 @@ import torch
 from swkv_teach import speculative as lib
 from swkv_teach.device import device as pick_device
 from swkv_teach.grading._own import calls_to, is_own
-from swkv_teach.grading._report import call, fail, passed, show
+from swkv_teach.grading._report import ExerciseFailed, call, fail, passed, show
 from swkv_teach.grading._report import learner_name as _name
-from swkv_teach.grading._speculative_law import Case, _residual, cases, law, named, verdict
+from swkv_teach.grading._speculative_law import Case, _residual, _rows, cases, law, named, verdict
 from swkv_teach.grading._speculative_rounds import check_rounds
 
 __all__ = ["check_speculative_accept", "check_speculative_decoding"]
@@ -55,43 +55,58 @@ def _refuse(title: str, answer, own) -> None:
 def _outcome(case: Case, got, n: int) -> tuple[int, int]:
     """``(a, token)`` as ints in range, or a failure that says what is wrong with this one call."""
     m, V = len(case.drafts), case.p.shape[1]
-    where = case.describe()
+    where, data = case.where(), case.data()
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         raise fail(where, f"call {n}: accept returned {show(got, 80)} ({type(got).__name__}); expected a tuple "
-                   "(a, token).", hint="return a, token: the number of drafts accepted, then the token drawn.")
+                   "(a, token).", data, hint="return a, token: the number of drafts accepted, then the token drawn.")
     out = []
     for name, x in zip(("a", "token"), got):
         try:
             out.append(int(x.__index__()))
         except (AttributeError, TypeError, ValueError, RuntimeError):
             if x is None and name == "token":
-                raise fail(where, f"call {n}: accept returned (a, token) = ({show(got[0])}, None).",
+                raise fail(where, f"call {n}: accept returned (a, token) = ({show(got[0])}, None).", data,
                            hint="when every draft is accepted the token is the bonus, one more token drawn from "
                            "p[m] (the forward computed it anyway): int(torch.multinomial(p[m], 1, "
                            "generator=generator)).") from None
             raise fail(where, f"call {n}: accept returned {name} = {show(x, 60)} ({type(x).__name__}); expected a "
-                       "Python int.", hint="return int(a), int(token).") from None
+                       "Python int.", data, hint="return int(a), int(token).") from None
     a, token = out
     if not 0 <= a <= m:
         extra = (" a counts the drafts accepted, at most len(drafts): pending (or the bonus) is not a draft."
                  if a == m + 1 else "")
-        raise fail(where, f"call {n}: accept returned a = {a} for {m} draft{'s' if m != 1 else ''}.{extra}",
+        raise fail(where, f"call {n}: accept returned a = {a} for {m} draft{'s' if m != 1 else ''}.{extra}", data,
                    hint="a is in 0..m: the number of leading drafts kept.")
     if not 0 <= token < V:
-        raise fail(where, f"call {n}: accept returned token = {token}; the vocabulary is 0..{V - 1}.")
+        raise fail(where, f"call {n}: accept returned token = {token}; the vocabulary is 0..{V - 1}.", data)
     return a, token
+
+
+def _call(case: Case, accept, *args):
+    """``accept(*args)``; what it raises is reported with the case's data (``p``, ``drafts``, ``q``)."""
+    try:
+        return call(case.where(), "accept()", accept, *args)
+    except ExerciseFailed as e:
+        if "not implemented yet" in str(e):
+            raise
+        lines = str(e).splitlines()
+        at = next((i for i, line in enumerate(lines) if line.startswith("   hint: ")), len(lines))
+        new = ExerciseFailed("\n".join(lines[:at] + [f"   {case.data()}"] + lines[at:]))
+        new.generic = getattr(e, "generic", False)
+        raise new from None
 
 
 def _unchanged(case: Case, p, q, drafts, n: int) -> None:
     for name, mine, pristine in (("p", p, case.p), ("q", q, case.q)):
         if pristine is not None and not torch.equal(mine, pristine):
-            raise fail(case.describe(), f"call {n}: your accept changed the caller's {name}: it is now "
-                       f"{show(mine)}.", hint="p[i] is a view of p: writing into it (residual = p[i]; residual[d] "
-                       "= 0) writes into p. Copy first: residual = p[i].clone(). The caller keeps p for the next "
-                       "draft and for its own statistics.")
+            raise fail(case.where(), f"call {n}: your accept changed the caller's {name}: it is now "
+                       f"{_rows(mine)}.", case.data(),
+                       hint="p[i] is a view of p: writing into it (residual = p[i]; residual[d] = 0) writes into "
+                       "p. Copy first: residual = p[i].clone(). The caller keeps p for the next draft and for its "
+                       "own statistics.")
     if drafts != case.drafts:
-        raise fail(case.describe(), f"call {n}: your accept changed the caller's drafts list: it is now {drafts}.",
-                   hint="leave drafts as it was: the caller emits drafts[:a].")
+        raise fail(case.where(), f"call {n}: your accept changed the caller's drafts list: it is now {drafts}.",
+                   case.data(), hint="leave drafts as it was: the caller emits drafts[:a].")
 
 
 def _frequencies(counts: torch.Tensor) -> list:
@@ -117,7 +132,7 @@ def _run_case(accept, case: Case) -> int:
     tally = [[0] * V for _ in range(m + 1)]  # plain ints: a tensor's += costs more than the answer's own call
     for n in range(1, case.n + 1):
         drafts = list(case.drafts)
-        got = call(case.describe(), "accept()", accept, p, drafts, q, g)
+        got = _call(case, accept, p, drafts, q, g)
         _unchanged(case, p, q, drafts, n)
         a, token = _outcome(case, got, n)
         tally[a][token] += 1
@@ -133,7 +148,7 @@ def _run_case(accept, case: Case) -> int:
     by_a = (f"how often each a came, a = 0..{m}: yours {_frequencies(counts)}, the rule's "
             f"{_frequencies(expected)}")
     mistake = named(counts, case.p, case.drafts, case.q)
-    raise fail(case.describe(), seen, by_a, hint=mistake.message if mistake else _generic(case))
+    raise fail(case.where(), seen, by_a, case.data(), hint=mistake.message if mistake else _generic(case))
 
 
 def _rng_states() -> tuple:
@@ -165,8 +180,8 @@ def _reproducible(accept) -> None:
         pair = []
         for _ in range(2):
             g = torch.Generator().manual_seed(seed)
-            pair.append(_outcome(case, call(case.describe(), "accept()", accept, case.p.clone(), list(case.drafts),
-                                            case.q.clone(), g), seed + 1))
+            pair.append(_outcome(case, _call(case, accept, case.p.clone(), list(case.drafts), case.q.clone(), g),
+                                 seed + 1))
         results.append(pair)
     moved = _moved(before)
     differ = [(s, a, b) for s, (a, b) in enumerate(results) if a != b]
@@ -174,9 +189,10 @@ def _reproducible(accept) -> None:
         s, a, b = differ[0] if differ else (None, None, None)
         text = (f"two calls with generators seeded alike (torch.Generator().manual_seed({s})) returned {a} and {b}."
                 if differ else "the calls moved a random state other than the generator's.")
-        raise fail(case.describe(), text, hint=moved or "draw every random number from generator (torch.rand((), "
-                   "generator=generator), torch.multinomial(..., generator=generator)) and nothing else: no clock, "
-                   "no id(), no state kept between calls.")
+        raise fail(case.where(), text, case.data(),
+                   hint=moved or "draw every random number from generator (torch.rand((), generator=generator), "
+                   "torch.multinomial(..., generator=generator)) and nothing else: no clock, no id(), no state kept "
+                   "between calls.")
 
 
 def _accept_part(accept) -> tuple[int, int]:
@@ -190,8 +206,8 @@ def _accept_part(accept) -> tuple[int, int]:
     before = _rng_states()
     first = all_cases[0]
     with calls_to(*ANSWER_KEY) as hits:  # one call watched: an answer built on the library calls it every time
-        _outcome(first, call(first.describe(), "accept()", accept, first.p.clone(), list(first.drafts),
-                             first.q.clone(), torch.Generator()), 1)
+        _outcome(first, _call(first, accept, first.p.clone(), list(first.drafts), first.q.clone(),
+                              torch.Generator()), 1)
     if hits:
         raise fail(title, f"your accept called the library's swkv_teach.speculative.{hits[0]}, the check's answer "
                    "key: it shows nothing about your code.", hint="write the rule yourself.")

@@ -260,12 +260,28 @@ def q_rows_shifted(p, drafts, q, generator):
     return m, int(torch.multinomial(p[m], 1, generator=generator))
 
 
-for fn, words in ((accept_every_draft, ("every draft is accepted", "ratio test")), (accept_with_p_only, ("probability p(d), ignoring q",)), (correction_from_p, ("draws the token from p itself", "residual")),
-                  (residual_q_minus_p, ("max(0, q - p)", "wrong way round")), (no_bonus, ("none", "bonus")), (bonus_is_last_draft, ("last draft again", "no bonus")), (bonus_from_previous_row, ("p[m - 1]", "bonus")),
-                  (a_counts_the_rejected_draft, ("off by one", "counting the rejected draft")), (one_uniform_for_all, ("one and the same uniform",)), (global_torch_rng, ("torch's global random state", "generator=generator")),
-                  (python_random, ("python's random module",)), (categorical_sample, ("torch's global random state", "distributions")), (greedy_rule_when_sampling, ("greedy rule",)),
-                  (residual_in_place, ("changed the caller's p", "clone()")), (deterministic_drafter_always_right, ("q none", "every draft was kept")), (ratio_upside_down, ("upside down",)),
-                  (accept_if_target_likes_it_more, ("threshold",)), (argmax_correction, ("most likely token", "draw one")), (q_rows_shifted, ("misaligned", "p[i + 1]"))):
+ACCEPT_SLIPS = [
+    (accept_every_draft, ("every draft is accepted", "ratio test")),
+    (accept_with_p_only, ("probability p(d), ignoring q",)),
+    (correction_from_p, ("draws the token from p itself", "residual")),
+    (residual_q_minus_p, ("max(0, q - p)", "wrong way round")),
+    (no_bonus, ("none", "bonus")),
+    (bonus_is_last_draft, ("last draft again", "no bonus")),
+    (bonus_from_previous_row, ("p[m - 1]", "bonus")),
+    (a_counts_the_rejected_draft, ("off by one", "counting the rejected draft")),
+    (one_uniform_for_all, ("one and the same uniform",)),
+    (global_torch_rng, ("torch's global random state", "generator=generator")),
+    (python_random, ("python's random module",)),
+    (categorical_sample, ("torch's global random state", "distributions")),
+    (greedy_rule_when_sampling, ("greedy rule",)),
+    (residual_in_place, ("changed the caller's p", "clone()")),
+    (deterministic_drafter_always_right, ("q none", "every draft was kept")),
+    (ratio_upside_down, ("upside down",)),
+    (accept_if_target_likes_it_more, ("threshold",)),
+    (argmax_correction, ("most likely token", "draw one")),
+    (q_rows_shifted, ("misaligned", "p[i + 1]")),
+]
+for fn, words in ACCEPT_SLIPS:
     name = "Accept" + fn.__name__.title().replace("_", "")
     globals()[name] = wrong(CHECK, *words)(answer(fn, accept=fn))
 
@@ -304,8 +320,14 @@ def memoised_caches(model, k):
     return _built(model, k)
 
 
-for fn, words in ((rings_without_lookahead, ("lookahead=0", "overwrite")), (rings_of_window_plus_k, ("spare slots went into the window",)), (one_ring_for_every_layer, ("same ring object",)),
-                  (sliding_caches, ("cannot take tokens back",)), (memoised_caches, ("two calls", "same ring objects"))):
+CACHES_SLIPS = [
+    (rings_without_lookahead, ("lookahead=0", "overwrite")),
+    (rings_of_window_plus_k, ("spare slots went into the window",)),
+    (one_ring_for_every_layer, ("same ring object",)),
+    (sliding_caches, ("cannot take tokens back",)),
+    (memoised_caches, ("two calls", "same ring objects")),
+]
+for fn, words in CACHES_SLIPS:
     globals()["Caches" + fn.__name__.title().replace("_", "")] = wrong(CHECK, *words)(answer(fn, caches=fn))
 
 
@@ -485,15 +507,28 @@ def drafts_list_extended(model, caches, pending, drafts):
     return a, best[a]
 
 
-for fn, words, accel in ((one_token_at_a_time, ("forwards of one token each",), False), (pending_then_drafts, ("two forwards",), False),
-                         (drafts_without_pending, ("without pending",), False), (never_rolls_back, ("never rolled back",), False),
-                         (rolls_back_the_accepted, ("rolled back a = ", "instead of m - a"), False), (rolls_back_one_too_many, ("one more than the",), False),
-                         (rolls_back_first_layer_only, ("layers [0] only",), False), (rolls_back_k_minus_a, ("k - a", "len(drafts)"), False),
-                         (compares_with_the_next_row, ("misaligned",), False), (counts_every_agreement, ("also after a disagreement",), False),
-                         (no_bonus_in_verify, ("bonus is missing",), False), (returns_the_rejected_draft, ("draft the target rejected",), False),
-                         (token_from_the_last_row, ("last row's choice",), False), (feeds_the_token_too, ("must not be fed",), False),
-                         (a_counts_pending, ("pending is not a draft",), False), (tensor_count, ("python int", "rollback"), False), (ids_on_the_cpu, ("device",), True),
-                         (library_verify, ("library's", "speculative.verify"), False), (drafts_list_extended, ("changed the caller's drafts",), False)):
+VERIFY_SLIPS = [
+    (one_token_at_a_time, ("forwards of one token each",), False),
+    (pending_then_drafts, ("two forwards",), False),
+    (drafts_without_pending, ("without pending",), False),
+    (never_rolls_back, ("never rolled back",), False),
+    (rolls_back_the_accepted, ("rolled back a = ", "instead of m - a"), False),
+    (rolls_back_one_too_many, ("one more than the",), False),
+    (rolls_back_first_layer_only, ("layers [0] only",), False),
+    (rolls_back_k_minus_a, ("k - a", "len(drafts)"), False),
+    (compares_with_the_next_row, ("misaligned",), False),
+    (counts_every_agreement, ("also after a disagreement",), False),
+    (no_bonus_in_verify, ("bonus is missing",), False),
+    (returns_the_rejected_draft, ("draft the target rejected",), False),
+    (token_from_the_last_row, ("last row's choice",), False),
+    (feeds_the_token_too, ("must not be fed",), False),
+    (a_counts_pending, ("pending is not a draft",), False),
+    (tensor_count, ("python int", "rollback"), False),
+    (ids_on_the_cpu, ("device",), True),
+    (library_verify, ("library's", "speculative.verify"), False),
+    (drafts_list_extended, ("changed the caller's drafts",), False),
+]
+for fn, words, accel in VERIFY_SLIPS:
     globals()["Verify" + fn.__name__.title().replace("_", "")] = wrong(CHECK, *words, needs_accelerator=accel)(
         answer(fn, verify=fn))
 
@@ -505,4 +540,5 @@ def _library_accept(p, drafts, q, generator):
     return accept_sampled(p, drafts, q, generator)
 
 
-AcceptLibraryAcceptSampled = wrong(CHECK, "library's", "accept_sampled")(answer(_library_accept, accept=_library_accept))
+AcceptLibraryAcceptSampled = wrong(CHECK, "library's", "accept_sampled")(
+    answer(_library_accept, accept=_library_accept))
