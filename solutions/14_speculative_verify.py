@@ -15,9 +15,9 @@
 # them in **one** forward: reading the weights once for $m + 1$ tokens costs about what one decode step costs
 # (lesson 00's bandwidth floor). The target keeps the drafts it agrees with, adds one token of its own, and the
 # caches forget the rejected drafts. On a sliding-window ring that last step is the delicate one: a ring
-# overwrites the slots of tokens leaving the window, so it must keep $k$ spare slots (its *lookahead*) to be
-# able to take $k$ tokens back. Lesson 13 draws it; here you write the two pieces: the **acceptance rule**
-# that keeps sampling exact, and the **verify-and-rollback** step over library rings.
+# overwrites the slots of tokens leaving the window, so it needs spare slots (a *lookahead*) to take rejected
+# drafts back. Lesson 13 draws it; here you write the two pieces: the **acceptance rule** that keeps sampling
+# exact, and the **verify-and-rollback** step over library rings.
 #
 # **How this notebook works.** Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError` line), run the cell, then run the check cell below it. `check_speculative_decoding` prints one line starting with ✅ when your answer is right; otherwise it stops with an `ExerciseFailed` message naming the first case that went wrong, what was expected, what you returned, and a hint. Run it as often as you like.
 #
@@ -236,7 +236,7 @@ with torch.no_grad():
     plain = model.generate(torch.tensor([prompt], device=DEVICE), new)[0, len(prompt):]
 print(repr(tok.decode(out)))
 print("same tokens as plain greedy decoding:", out == plain.tolist())
-print(f"{new} tokens in {forwards} forwards instead of {new};", accepted, "drafts accepted")
+print(f"{new} tokens in {forwards} forwards instead of {new}; {accepted} drafts kept")
 
 # %% [markdown]
 # ### Interview follow-up
@@ -247,17 +247,21 @@ print(f"{new} tokens in {forwards} forwards instead of {new};", accepted, "draft
 #
 # <details><summary>One good answer</summary>
 #
-# A verify writes $m + 1 \le 5$ tokens into the ring. Until the sequence is longer than the window nothing is
-# lost; after that, each write overwrites the slot of the token that just left the window of the *last* verified
-# query, but the window of the first kept query (the pending token, or the last accepted draft) still needs
-# it. When drafts are rejected and rolled back, the next query's window has a hole: its oldest keys were
-# overwritten by tokens that no longer exist, and the output silently degrades (no crash: the ring holds the
-# right number of keys, some of them wrong). Fixes: give the ring $k$ spare slots (a lookahead, what
-# `RingBufferKVCache(W, lookahead=k)` does: rollback is then a counter, no copy), or keep the past and crop it
-# after each verify, as transformers' `DynamicSlidingWindowLayer` does by concatenating, or write the drafts'
-# keys somewhere else and commit only the accepted ones. Sampling stays exact because a draft $d$ drawn with
-# probability $q(d)$ and kept with probability $\min(1, p(d)/q(d))$ comes out with probability
-# $\min(q(d), p(d))$; the residual $\max(0, p - q)$ hands out exactly the missing mass, so each emitted token
-# has probability $p$: the drafter changes the speed, never the distribution.
+# A verify writes $m + 1 \le 5$ tokens into the ring, position $n + j$ into the slot of position $n + j - W$.
+# Until the sequence is longer than the window nothing is lost. After that, the drafts' keys land in the slots
+# of the oldest tokens of the window, and if those drafts are rejected, the next query (right after the last
+# kept token) still needs the keys they overwrote: with $r$ drafts rejected, its $r - 1$ oldest keys are gone.
+# A ring that just moves its counter back then attends over a window with a hole, silently: it holds the
+# right number of keys, some of them belonging to tokens that no longer exist. (The course's ring refuses such
+# a rollback instead of answering wrong.) Fixes: give the ring spare slots (a lookahead, what
+# `RingBufferKVCache(W, lookahead=k)` does: rollback is then a counter, no copy); or keep the past and crop it
+# after each verify, as transformers' `DynamicSlidingWindowLayer` does by concatenating (5.25,
+# `cache_utils.py`: `activate_past_recording` line 211, `update` lines 222–258 keep every state, `crop` from
+# line 281 cuts them back); or write the drafts' keys somewhere else and commit only the accepted ones.
+#
+# Sampling stays exact because a draft $d$ drawn with probability $q(d)$ and kept with probability
+# $\min(1, p(d)/q(d))$ comes out with probability $\min(q(d), p(d))$; the residual $\max(0, p - q)$ hands out
+# exactly the missing mass, so each emitted token has probability $p$: the drafter changes the speed, never the
+# distribution.
 #
 # </details>
