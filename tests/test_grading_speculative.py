@@ -104,6 +104,16 @@ def test_right_counts_pass_whatever_the_seed_and_each_mistakes_counts_are_named(
             pytest.fail(f"no case catches the mistake {mk.key!r}")
 
 
+@pytest.mark.parametrize("n", [300, 2000])
+def test_an_outcome_the_rule_never_gives_fails_from_three_draws_not_from_one(n):
+    """An answer keeping d when u <= p(d) / q(d) keeps a draft of p(d) = 0 when the uniform is exactly 0 (a float32
+    torch.rand is, with probability 2**-24): one such draw must not fail it. Three do, and the cell is named."""
+    law = torch.tensor([[0.5, 0.0], [0.0, 0.5]], dtype=torch.float64)
+    for stray, failed in ((1, None), (2, None), (3, (0, 1))):
+        counts = torch.tensor([[n // 2 - stray, stray], [0, n // 2]], dtype=torch.float64)
+        assert L.verdict(counts, law) == failed, (n, stray)
+
+
 def test_each_mistake_misses_by_far_more_than_the_tests_threshold():
     """Power: on its best case, each mistake's law is at least 3x the test's -log(ALPHA) away from the rule's
     (n KL at the worst cell), or gives an outcome the rule never does."""

@@ -14,8 +14,9 @@ judged on the counts of its ``(a, token)`` over many calls.
 
 **The test** (:func:`verdict`): for each outcome cell with probability ``π`` and observed frequency ``x`` over
 ``n`` calls, Chernoff's bound ``P(freq >= x) <= exp(-n KL(x || π))`` (and the same below ``π``) is a p-value
-that needs no normal approximation, so a cell of probability 0 or 1 is judged like any other (an outcome the
-rule cannot give, seen once, fails). A cell fails below ``ALPHA`` = 1e-9: over the ~300 cells of the check, a
+that needs no normal approximation, so a cell of probability 0 or 1 is judged like any other (as one of
+``FLOOR`` = 1e-7: an outcome the rule cannot give, seen three times in 2,000 calls, fails; seen once, it may be
+a uniform that came out exactly 0). A cell fails below ``ALPHA`` = 1e-9: over the ~300 cells of the check, a
 right answer fails with probability under 1e-6, whatever random numbers it draws. With 2,000 calls a cell of
 probability 0.25 is caught off by 0.07 or more; every mistake :data:`MISTAKES` names is many times farther
 (``tests/test_grading_speculative.py`` measures it).
@@ -37,6 +38,7 @@ import torch
 __all__ = ["ALPHA", "Case", "MISTAKES", "Rule", "cases", "law", "verdict"]
 
 ALPHA = 1e-9  # per cell: a right answer fails the whole check with probability < 1e-6
+FLOOR = 1e-7  # the probability a cell the rule never (or always) gives is judged with
 FIT = 1e-6  # a mistake's law "fits" counts that pass this looser test against it
 
 
@@ -188,20 +190,22 @@ def _kl(x: torch.Tensor, pi: torch.Tensor) -> torch.Tensor:
 def verdict(counts: torch.Tensor, expected: torch.Tensor, alpha: float = ALPHA) -> tuple | None:
     """The worst outcome cell ``(a, token)`` whose count fails the test against ``expected``, else None.
 
-    ``counts`` and ``expected`` are ``(m + 1, V)``; a cell of probability 0 that occurred fails first.
+    ``counts`` and ``expected`` are ``(m + 1, V)``. A cell the rule never gives fails from three occurrences (in
+    300 or 2,000 calls), far below what any mistake makes; such a cell is named first.
     """
     n = float(counts.sum())
     x = counts.double() / n
-    pi = expected.double().clamp(0.0, 1.0)
-    impossible = (pi <= 0) & (counts > 0)
-    if bool(impossible.any()):
-        j, t = (int(v) for v in torch.nonzero(impossible)[0])
-        return j, t
+    # a cell of probability 0 (or 1) is judged as one of FLOOR: an answer that draws u and keeps d when
+    # u <= p(d) / q(d) keeps a draft of p(d) = 0 when u is exactly 0 (a float32 uniform is, with probability
+    # 2**-24), and one such draw must not fail it; a rule that gives the cell any real probability fails at once
+    pi = expected.double().clamp(FLOOR, 1.0 - FLOOR)
     log_p = -n * _kl(x, pi)
-    worst = int(torch.argmin(log_p))
-    if float(log_p.flatten()[worst]) < math.log(alpha):
-        return divmod(worst, counts.shape[1])
-    return None
+    failing = log_p < math.log(alpha)
+    if not bool(failing.any()):
+        return None
+    never = failing & (expected <= 0) & (counts > 0)  # say first what the rule cannot give at all
+    pick = torch.where(never if bool(never.any()) else failing, log_p, torch.full_like(log_p, math.inf))
+    return divmod(int(torch.argmin(pick)), counts.shape[1])
 
 
 def named(counts: torch.Tensor, p, drafts, q) -> Mistake | None:
