@@ -69,12 +69,12 @@ class Scenario:
 
 
 F32, BF16 = torch.float32, torch.bfloat16
-SCENARIOS = (
+SCENARIOS = (  # window, k, layers, heads, dtype, prompt tokens, rounds, seed
     Scenario(3, 2, 2, (4, 2), F32, 5, 24, 1),  # a prompt past the window
-    Scenario(4, 3, 2, (2, 2), F32, 3, 24, 2),  # W - 1
-    Scenario(4, 1, 1, (4, 1), F32, 4, 16, 3),  # W: one draft, a plain ring's worth of rollback
-    Scenario(1, 2, 2, (2, 1), F32, 2, 14, 4),  # a window of one token, W + 1
-    Scenario(6, 4, 3, (4, 2), F32, 1, 24, 5),  # one token of prompt: the first rounds before the wrap
+    Scenario(4, 3, 2, (2, 2), F32, 3, 24, 2),  # a prompt of W - 1 tokens
+    Scenario(4, 1, 1, (4, 1), F32, 4, 16, 3),  # a prompt of W; one draft a round
+    Scenario(1, 2, 2, (2, 1), F32, 2, 14, 4),  # a window of one token; a prompt of W + 1
+    Scenario(6, 4, 3, (4, 2), F32, 1, 24, 5),  # one prompt token: the first rounds come before the ring wraps
     Scenario(3, 3, 2, (4, 2), BF16, 4, 16, 6),
 )
 LIVE = Scenario(5, 2, 2, (4, 2), F32, 6, 12, 7)  # two sequences at once, rounds alternating
@@ -198,7 +198,7 @@ def _fresh_every_call(case: str, make, model, k: int, first) -> None:
 
 
 # ============================================================================ a run
-def _ints(case: str, got, m: int) -> tuple[int, int]:
+def _ints(case: str, got) -> tuple[int, int]:
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         raise fail(case, f"verify returned {show(got, 80)} ({type(got).__name__}); expected a tuple (a, token).",
                    hint="return a, token: the number of drafts accepted, then the target's next token.")
@@ -207,12 +207,13 @@ def _ints(case: str, got, m: int) -> tuple[int, int]:
         try:
             out.append(operator.index(x))
         except TypeError:
-            what = ("None: when every draft is accepted, the token is the bonus, the choice of the last row "
-                    "(row m)" if x is None else f"{show(x, 60)} ({type(x).__name__})")
-            raise fail(case, f"verify returned {name} = {what}; expected a Python int.",
-                       hint="return int(a), int(token)." if x is not None else
-                       "token = best[a] covers both cases: the correction after a rejection, the bonus when a == m."
-                       ) from None
+            if x is None and name == "token":
+                raise fail(case, "verify returned token = None; when every draft is accepted the token is the "
+                           "bonus, the choice of the last row (row m).",
+                           hint="token = best[a] covers both cases: the correction after a rejection, the bonus "
+                           "when a == m.") from None
+            raise fail(case, f"verify returned {name} = {show(x, 60)} ({type(x).__name__}); expected a Python int.",
+                       hint="return int(a), int(token).") from None
     return out[0], out[1]
 
 
@@ -296,7 +297,7 @@ class Run:
         with torch.no_grad():
             want = lib.verify(self.model, self.ref, self.pending, drafts)
         check_fed(case, self, drafts)
-        a, token = _ints(case, got, m)
+        a, token = _ints(case, got)
         if (a, token) != tuple(want):
             raise fail(case, f"verify returned (a, token) = ({a}, {token}); the library's verify returns "
                        f"{tuple(want)}.", expected=tuple(want), got=(a, token), what="got",

@@ -6,7 +6,7 @@ The learner writes ``accept(p, drafts, q, generator) -> (a, token)`` (Leviathan 
 agreeing prefix kept, ``m - a`` tokens rolled back in every ring). The library's :mod:`swkv_teach.speculative`
 is the answer key, refused as an answer (handed in, wrapped, or called from inside: :func:`._own.calls_to`).
 
-**Part 1** (:mod:`._speculative_law`): ``accept`` is called 300 to 2,000 times on each of a dozen cases (sure
+**Part 1** (:mod:`._speculative_law`): ``accept`` is called 300 to 2,000 times on each of eleven cases (sure
 ones first: every draft kept with a certain bonus, a draft the target never makes, one-hot drafts certain and
 impossible; then the worked example, one-hot drafts, ``p == q``, disjoint supports, zeros in ``p``, no drafts,
 random float64 rows), and the counts of each ``(a, token)`` are tested against their exact probabilities. The
@@ -15,7 +15,7 @@ it fixes where they come from: the ``generator`` (two calls seeded alike must ag
 Python's ``random`` must not move). Also checked: the return types and ranges, and ``p``, ``q``, ``drafts`` left
 unchanged (a residual written into ``p[i]``, a view, changes the caller's ``p``).
 
-**Part 2** (:mod:`._speculative_rounds`): a few hundred rounds on tiny random decoders against the library's
+**Part 2** (:mod:`._speculative_rounds`): about 140 rounds on tiny random decoders against the library's
 ``verify``, what was fed, what was returned and every ring's state compared after each round.
 
 Failures name the mistake when the evidence fits one (a law of a wrong rule, a spy's record of the calls), and
@@ -144,7 +144,7 @@ def _run_case(accept, case: Case) -> int:
     j, t = bad
     c, e = int(counts[j, t]), float(expected[j, t])
     seen = (f"over {case.n} calls, (a, token) = ({j}, {t}) came {c} times ({100 * c / case.n:.1f}%); the rule "
-            + (f"never returns it." if e == 0 else f"gives it {100 * e:.1f}%."))
+            + ("never returns it." if e == 0 else f"gives it {100 * e:.1f}%."))
     by_a = (f"how often each a came, a = 0..{m}: yours {_frequencies(counts)}, the rule's "
             f"{_frequencies(expected)}")
     mistake = named(counts, case.p, case.drafts, case.q)

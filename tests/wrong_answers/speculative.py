@@ -440,6 +440,14 @@ def no_bonus_in_verify(model, caches, pending, drafts):
     return a, best[a]
 
 
+def bonus_none_in_verify(model, caches, pending, drafts):
+    """Returns (m, None) when every draft agrees: 'no correction needed', so no token."""
+    best = model.step(_ids(model, [pending, *drafts]), caches)[0].argmax(-1).tolist()
+    a = _count(best, drafts)
+    _rollback(caches, len(drafts) - a)
+    return (a, None) if a == len(drafts) else (a, best[a])
+
+
 def returns_the_rejected_draft(model, caches, pending, drafts):
     """On a rejection returns drafts[a], the draft the target rejected, instead of the target's choice."""
     best = model.step(_ids(model, [pending, *drafts]), caches)[0].argmax(-1).tolist()
@@ -519,6 +527,7 @@ VERIFY_SLIPS = [
     (compares_with_the_next_row, ("misaligned",), False),
     (counts_every_agreement, ("also after a disagreement",), False),
     (no_bonus_in_verify, ("bonus is missing",), False),
+    (bonus_none_in_verify, ("token = none", "bonus"), False),
     (returns_the_rejected_draft, ("draft the target rejected",), False),
     (token_from_the_last_row, ("last row's choice",), False),
     (feeds_the_token_too, ("must not be fed",), False),
