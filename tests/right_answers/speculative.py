@@ -166,10 +166,8 @@ class InverseCdfFloat64:
         ratio = p64[i, d] / (1.0 if q is None else q.double()[i, d])
         if torch.rand((), generator=generator, dtype=torch.float64) < ratio:
             return InverseCdfFloat64.accept(p, drafts, q, generator, i + 1)
-        r = _residual(p64, None if q is None else q.double(), i, d)
-        # a zero's row never reaches here with mass left where the cumsum could land on it: searchsorted skips
-        # tokens of probability 0 (right=True lands past runs of equal cumulative sums)
-        return i, _inverse_cdf(r, generator)
+        # tokens of probability 0 are never drawn: searchsorted(right=True) lands past runs of equal cumulative sums
+        return i, _inverse_cdf(_residual(p64, None if q is None else q.double(), i, d), generator)
 
 
 def _gumbel_max(row, generator):
