@@ -25,6 +25,7 @@ from swkv_teach.grading.lru import check_lru_cache
 from swkv_teach.grading.masks import check_sliding_window_mask
 from swkv_teach.grading.paged import check_paged_window
 from swkv_teach.grading.prefix import check_prefix_cache_lru
+from swkv_teach.grading.speculative import check_speculative_accept, check_speculative_decoding
 from swkv_teach.grading.split_kv import check_paged_decode_kernel
 
 
@@ -61,6 +62,7 @@ EXERCISES = {
         Exercise("11", "hf_cache_layer", "check_hf_cache_layer", "RingLayer, ring_cache", 3),
         Exercise("12", "paged_decode_kernel", "check_paged_decode_kernel", "attend_block, merge", 3),
         Exercise("13", "prefix_cache_lru", "check_prefix_cache_lru", "hash_block_tokens, block_hashes, PrefixCache", 3),
+        Exercise("14", "speculative_verify", "check_speculative_decoding", "accept, speculative_caches, verify", 3),
     )
 }
 
@@ -81,4 +83,6 @@ __all__ = [
     "check_sink_cache",
     "check_sliding_window_cache",
     "check_sliding_window_mask",
+    "check_speculative_accept",
+    "check_speculative_decoding",
 ]

@@ -1,20 +1,24 @@
-"""Refusing the library's own answer handed in as the learner's (exercises 01-03, 06 and 07).
+"""Refusing the library's own answer handed in as the learner's.
 
 Every notebook imports :mod:`swkv_teach`, so ``SlidingWindowKVCache =
 swkv_teach.SlidingWindowKVCache`` (or a subclass, a ``functools.partial``, a
 class whose instances are, or hold, one of the library's caches) would pass a
 check that compares with that very object. These guards are cheap (identity,
 subclass, one level of attributes), not a proof: they catch the shortcut, not
-a determined copy.
+a determined copy. Exercise 14's answers are functions that could call the
+library's answer from inside; :func:`calls_to` watches for that while they run.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
+import sys
+from contextlib import contextmanager
 
 from swkv_teach.grading._report import fail, learner_name
 
-__all__ = ["is_own", "kept_inside", "library_inside", "refuse_library"]
+__all__ = ["calls_to", "is_own", "kept_inside", "library_inside", "refuse_library"]
 
 
 def is_own(answer, own) -> bool:
@@ -77,3 +81,29 @@ def library_inside(obj) -> str | None:
         return None
     name, x = kept
     return f"your cache keeps the library's own {type(x).__name__} in self.{name} and hands it the work"
+
+
+@contextmanager
+def calls_to(*functions):
+    """Record, while the ``with`` block runs, the names of ``functions`` that were called (by whatever name).
+
+    A learner's function may call the library's answer from inside (``from swkv_teach.speculative import verify
+    as v``, a module attribute, a closure): :func:`is_own` sees only what was handed in. A profile hook sees every
+    Python call; a call is recorded when its code object is one of ``functions``'. The previous hook (a profiler,
+    a debugger) is put back afterwards, even on error.
+    """
+    # a decorated function (torch.no_grad()) runs the decorator's wrapper first, whose code every function
+    # decorated alike shares: watch the function underneath
+    codes = {inspect.unwrap(f).__code__: f.__name__ for f in functions}
+    hits: list = []
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            hits.append(codes[frame.f_code])
+
+    previous = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        yield hits
+    finally:
+        sys.setprofile(previous)

@@ -963,3 +963,45 @@ MUTANTS += [
       "[p + tokenizer.encode(QUOTE) + fresh[0][:quote] for p in fresh]",
       "every quoted-back prompt quotes the first prompt instead of its own beginning", BENCH_SPECULATIVE),
 ]
+
+# ------------------------------------------------------------- issue 39: exercise 14's check, one probe at a time
+# Each removes one probe of check_speculative_decoding and runs the catalogue entries written for it (tests/
+# wrong_answers/speculative.py) or the check's own tests: a survivor is a probe no entry needs. Run:
+# make mutation MUTATION_ARGS="--only probe-spec-..."
+SPEC_CHECK = "swkv_teach/grading/speculative.py"
+SPEC_LAW = "swkv_teach/grading/_speculative_law.py"
+SPEC_ROUNDS = "swkv_teach/grading/_speculative_rounds.py"
+SPEC_SLIPS = "swkv_teach/grading/_speculative_slips.py"
+
+
+def spec_entries(*names: str) -> list:
+    return ["tests/test_grading.py", "-k", "speculative_decoding and (" + " or ".join(names) + ")"]
+
+
+MUTANTS += [
+    M("probe-spec-alpha-loosened", SPEC_LAW, "ALPHA = 1e-9  # per cell", "ALPHA = 1e-300  # per cell",
+      "the statistical test fails only on outcomes the rule never gives: a wrong rate passes",
+      ["tests/test_grading_speculative.py", "-k", "named"]),
+    M("probe-spec-unchanged-inputs", SPEC_CHECK, "        _unchanged(case, p, q, drafts, n)\n", "",
+      "an accept that writes its residual into the caller's p is no longer named", spec_entries("residual_in_place")),
+    M("probe-spec-global-rng", SPEC_CHECK, "    if not torch.equal(torch_state, before[0]):",
+      "    if False:", "drawing from torch's global random state is no longer named",
+      spec_entries("global_torch_rng", "categorical_sample")),
+    M("probe-spec-library-calls", SPEC_ROUNDS, "        if hits:\n            raise fail(case, f\"your verify called",
+      "        if False:\n            raise fail(case, f\"your verify called",
+      "a verify that calls the library's verify from inside passes", spec_entries("library_verify")),
+    M("probe-spec-what-was-fed", SPEC_ROUNDS, "        check_fed(case, self, drafts)\n", "",
+      "a verify of one forward per token passes", spec_entries("one_token_at_a_time", "pending_then_drafts")),
+    M("probe-spec-trap-drafts", SPEC_ROUNDS, "trap=self.done % 3 != 0", "trap=False",
+      "the drafts after a rejected one are random, so a count that does not stop at it passes",
+      spec_entries("counts_every_agreement")),
+    M("probe-spec-scripted-rounds", SPEC_ROUNDS, "        if r < len(scripted) or r % 2 == 0:",
+      "        if False:", "rounds only random: the named rollback slips lose their first, telling round",
+      spec_entries("rolls_back_the_accepted", "rolls_back_k_minus_a")),
+    M("probe-spec-lookahead-named", SPEC_SLIPS, '    if "rollback" in text and min(looks) < k:',
+      '    if False:', "rings without lookahead fail with the library's bare ValueError, the bug unnamed",
+      spec_entries("rings_without_lookahead")),
+    M("probe-spec-fresh-rings", SPEC_ROUNDS,
+      '        _fresh_every_call(f"speculative_caches(model, k={sc.k}) called twice", make, run.model, sc.k, run.rings)\n',
+      "", "speculative_caches handing out the same rings twice is not named", spec_entries("memoised_caches")),
+]

@@ -25,7 +25,7 @@ def right(check: str):
 
 def load() -> list:
     """Every registered right answer (importing the modules registers them)."""
-    from tests.right_answers import caches, decode, lru, masks, prefix, prefix_unseen  # noqa: F401
+    from tests.right_answers import caches, decode, lru, masks, prefix, prefix_unseen, speculative  # noqa: F401
 
     if importlib.util.find_spec("triton") is not None:  # exercise 12 answers are @triton.jit functions
         from tests.right_answers import split_kv, split_kv_unseen  # noqa: F401

@@ -28,7 +28,7 @@ def wrong(check: str, *words: str, needs_accelerator: bool = False):
 def load() -> list:
     """Every registered wrong answer (importing the modules registers them)."""
     from tests.wrong_answers import (chunk, decode, h2o, int8, lru, masks, paged, prefix, prefix_unseen,  # noqa: F401
-                                     ring, sinks, sliding)
+                                     ring, sinks, sliding, speculative)
 
     if importlib.util.find_spec("triton") is not None:  # exercise 12 answers are @triton.jit functions
         from tests.wrong_answers import split_kv, split_kv_unseen  # noqa: F401
