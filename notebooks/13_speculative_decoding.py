@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Lesson 13 — Speculative decoding on a ring: draft, verify in one forward, roll back without copying
 #
-# **Time:** about 110 minutes for the lesson, plus 30–50 for [exercise 14](../exercises/14_speculative_verify.ipynb), done where the lesson reaches it.
+# **Time:** about 105 minutes for the lesson, plus 35–60 for [exercise 14](../exercises/14_speculative_verify.ipynb), done where the lesson reaches it.
 # **You need:** lesson 0 (the bandwidth floor of a decode step), lesson 3 (the ring and the chunk contract),
 # lesson 4 (the decoder and its checkpoint) and lesson 9 (transformers' cache layers).
 #

@@ -110,6 +110,10 @@ class _Watched:
         self._spy.updates[self._L].append(int(k.shape[2]))
         return self._inner.update(k, v)
 
+    def update_in_place(self, k, v):  # the decoder's way on a ring with lookahead (a verify of up to k + 1 tokens)
+        self._spy.updates[self._L].append(int(k.shape[2]))
+        return self._inner.update_in_place(k, v)
+
     def rollback(self, r):
         self._spy.rollbacks[self._L].append(r)
         return self._inner.rollback(r)
