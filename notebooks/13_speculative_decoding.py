@@ -108,11 +108,14 @@ for n in (1, 2, 5, 9, 17, 65, 300, 1000):
 # %% [markdown]
 # The bytes read per forward do not depend on $n$ (the $k + 1$ new keys and values written are $k + 1$ times
 # 128 KiB, nothing beside 15 GB). On a GPU the drafts are therefore checked almost for free, and the question
-# is only how many of them are right.
+# is only how many of them are right. That is at batch 1. At batch $B$ a verify carries $B(k + 1)$ tokens, and the
+# arithmetic catches up with the reading once $B(k + 1)$ nears the ridge of the table above (and earlier in
+# practice: kernels reach less than the peak FLOP/s), so speculative decoding pays most at small batch.
 #
 # **On this CPU** the shipped checkpoint is a different case: its 324 thousand weights (1.3 MB in float32)
 # sit in the processor's cache, so a step is bound neither by memory nor by arithmetic but by **overhead**: Python
-# and the launch of a few dozen small operations per layer, the same count for 1 token as for 65. A verify also
+# and the launch of a few dozen small operations per layer, the same number of operations for 1 token as for 65,
+# so the cost grows slowly with the tokens. A verify also
 # needs a mask a one-token step on a plain ring skips: a ring with lookahead holds $W + k$ slots, some of them keys
 # outside a query's window (lesson 3's chunk contract). The library writes the new keys into their slots and masks
 # the stale ones with rows of one pattern built when the ring is allocated, so no key is gathered or copied
@@ -164,7 +167,8 @@ ax.set(xscale="log", xlabel="tokens in one forward (k + 1 for a verify of k draf
        ylabel="cost ÷ one decode step", ylim=(0, None),
        title="A forward of n tokens costs about one step, until the arithmetic\n"
        "catches up")
-ax.set_xticks(ns[::2], [str(n) for n in ns[::2]])
+ticks = [1, 3, 9, 33, 129, 300, 1000]
+ax.set_xticks(ticks, [str(n) for n in ticks])
 ax.grid(alpha=0.3)
 ax.legend(loc="upper left")
 fig.tight_layout()
@@ -234,6 +238,10 @@ for layers in (1, 2):
           f"the first {agree} of 8 as the model")
 
 # %% [markdown]
+# The two-layer draft agrees more often, but it runs two of the model's three layers, so each draft step costs
+# most of a model step (section 5 measures the one-layer draft's at about half of one), and $k$ such steps per
+# round leave little for the verify to win back. Section 5 measures the one-layer draft.
+#
 # ## 3. The ring's lookahead, drawn
 #
 # One round of speculative decoding, at batch 1, with $n$ tokens in the cache and the last chosen token `pending`
@@ -343,8 +351,15 @@ fig
 # first position $n$ and $a$ drafts kept, the next query is at $n + a + 1$ and needs keys $j > n + a + 1 - W$.
 # The rejected token at $n + i$ ($i > a$) lands in the slot of $n + i - W$ on a ring of $W$ slots, a key still
 # needed exactly when $n + i - W > n + a + 1 - W$, that is $i \ge a + 2$: every rejection but the first destroys a
-# needed key. With $W + k$ slots it lands on $n + i - W - k$, needed only if $i > a + 1 + k$, impossible since
-# $i \le k$. The ring without lookahead knows it cannot take two tokens back, and says so:
+# needed key. With $W + k - 1$ slots it lands on $n + i - W - k + 1$, needed only if $i > a + k$, impossible since
+# $i \le k$: for the rollback alone, $k - 1$ spare slots would do (and for $k = 1$, none).
+#
+# The library keeps one more, $W + k$, because its verify writes the $k + 1$ new keys into the ring **before** it
+# reads them (`RingBufferKVCache.update_in_place`: the keys are attended where they lie, nothing gathered or
+# copied). The last draft, at $n + k$, then lands on $n + k - S$ for a ring of $S$ slots, and the verify's first
+# query still reads $n - W + 1$: so $S \ge W + k$. A verify that reads its window first (the gather above, or
+# transformers' concatenation) manages with $W + k - 1$. The ring without lookahead knows it cannot take two
+# tokens back, and says so:
 
 # %%
 print(textwrap.fill(round_k0[-1].refused, 88))
@@ -352,11 +367,6 @@ print(textwrap.fill(round_k0[-1].refused, 88))
 # %% [markdown]
 # The price of the lookahead is $k$ more slots per layer: $(W + k) / W$ of the cache, $4101 / 4096$ for Mistral's
 # window and $k = 5$. transformers pays in copies instead, and vLLM in blocks (section 6).
-#
-# **Your turn, before reading on:** [exercise 14](../exercises/14_speculative_verify.ipynb) has you write the
-# acceptance rule, greedy and sampled (`accept(...)`), and `verify(...)`: one forward of $m + 1$ tokens over rings
-# built with `RingBufferKVCache(W, lookahead=k)`, the accepted count, the model's own token, and the rollback, graded
-# against the library's `swkv_teach.speculative`. The sections below use the library's.
 #
 # ## 4. The acceptance rule, and why sampling stays exact
 #
@@ -385,6 +395,12 @@ print(textwrap.fill(round_k0[-1].refused, 88))
 # probability $p(x)$, and a rejection samples $p$ without $x$. vLLM writes the test in log space, "Probability ratio
 # test: p(x) > u * q(x)" (`vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py` lines 714–716, vLLM 0.34.0),
 # and its greedy rule is `accepted = target_argmax == draft_sampled` (line 634).
+#
+# **Your turn, before reading on:** [exercise 14](../exercises/14_speculative_verify.ipynb) has you write this
+# acceptance rule, sampled (`accept(...)`), and a greedy `verify(...)`: one forward of $m + 1$ tokens over rings
+# built with `RingBufferKVCache(W, lookahead=k)` (section 3), the accepted count, the model's own token, and the
+# rollback, graded against the library's `swkv_teach.speculative`. (The exercise numbers drafts from 0: its $d_0$ is
+# this section's $d_1$; either way a draft is judged by the row before it.) The cells below use the library's.
 #
 # The check: one position, a vocabulary of 6, a target $p$ and a drafter $q$ drawn once with a fixed seed. Draw a
 # draft from $q$, let the rule decide, record the first emitted token; 20,000 times. A rule that skips the ratio test
@@ -501,8 +517,8 @@ for r in drafted:
 # Now the speed-up. Beside the runs, `speculative_rows` measured $c$ (a drafter's cost per draft in plain decode
 # steps: an early-exit step, or prompt lookup's search spread over its $k$ drafts) and the cost $v$ of a verify of
 # $k + 1$ tokens in plain steps, as section 1 did. The cell prints, beside the measured ratio of plain to
-# speculative time with its interval over the 8 prompts, the formula twice: as published ($v = 1$, the GPU case)
-# and with this machine's $c$ and $v$, $E / (c k + v)$.
+# speculative time with its interval over the 8 prompts, the formula twice: as published ($v = 1$: a verify costs one
+# step, as on a GPU, with this machine's measured $c$) and with this machine's $c$ and $v$, $E / (c k + v)$.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -512,12 +528,12 @@ print(f"c = {c_exit:.2f} (an early-exit step ÷ a plain step);\nverify cost v in
       "plain steps: " + ", ".join(f"k={r['k']}: {r['verify_cost']:.2f}"
                                  for r in fresh if r["drafter"] == "prompt lookup"))
 print(f"\n{'workload':12} {'drafter':26} {'k':>2} {'measured [95 % interval]':>25} "
-      f"{'v = 1':>6} {'this CPU':>8}")
+      f"{'v = 1, c':>8} {'this CPU':>8}")
 for r in drafted:
     lo, hi = r["speedup_interval"]
     paper, here = r["expected"], r["expected_with_verify"]
     print(f"{r['workload']:12} {r['drafter']:26} {r['k']:>2} {r['speedup']:11.2f}× "
-          f"[{lo:.2f}, {hi:.2f}] {paper:5.2f}× {here:7.2f}×")
+          f"[{lo:.2f}, {hi:.2f}] {paper:7.2f}× {here:7.2f}×")
 best = max(drafted, key=lambda r: r["speedup"])
 lo, hi = best["speedup_interval"]
 verdict = ("faster than plain decoding" if lo > 1 else
@@ -529,11 +545,13 @@ print(f"\nthe best run: {best['drafter']}, k = {best['k']}, on {best['workload']
       f"the formula with v = 1 expected {best['expected']:.2f}×")
 
 # %% [markdown]
-# How to read the three speed-up columns: the published formula ($v = 1$) is what a GPU would give with these
-# acceptance rates; the column "this CPU" puts in the measured $c$ and $v$; the measured column is the run itself.
+# How to read the three speed-up columns: the published formula ($v = 1$, with the measured $c$) is what a verify
+# costing one step would give with these acceptance rates; on a GPU $c$ would differ too (an early exit from 1 of 3
+# layers reads about a third of the weights; prompt lookup's $c$ is its Python search, small but not 0). The column
+# "this CPU" puts in the measured $c$ and $v$; the measured column is the run itself.
 # Where the last two agree, the model of a round (drafts, one verify, accepted tokens) explains the time, and what
-# separates this CPU from the GPU case is the verify's cost $v$, section 1's ratio. Where the run falls below "this
-# CPU", look at what the formula leaves out: rounds in which prompt lookup found fewer than $k$ drafts (tokens per
+# separates this CPU from the GPU case is the verify's cost $v$, section 1's ratio (measured here on rings of each
+# $k$'s own size, so a little different). Where the run falls below "this CPU", look at what the formula leaves out: rounds in which prompt lookup found fewer than $k$ drafts (tokens per
 # verify below $E$ in the table above) and the drafter's own Python. Early exit pays $c k$ draft steps per round for a
 # low $\alpha$; prompt lookup pays almost nothing to draft, so its speed-up is set by $\alpha$, its drafts per round
 # and $v$. The printed sentence says where this run landed; rerun the two cells and the times move, the acceptance
@@ -589,7 +607,8 @@ print("StaticSlidingWindowLayer(max_cache_len=32, sliding_window=6).is_croppable
 # inside transformers itself, and its default cache fails the same way: an *assistant model* whose own layers slide
 # (5.15's recording `update` returns every state since the last crop, `cache_utils.py` lines 252–261 there, while
 # the mask covers $W - 1 + q$), and `assistant_early_exit` on Gemma (5.15's `DynamicLayer.crop` slices the keys of a
-# layer the early exit never filled, lines 186–188 there).
+# layer the early exit never filled, lines 186–188 there). Under 5.25 both run: its recording `update` slices what
+# it returns to $W - 1 + q$ states (lines 254–259), and the same tests pass.
 #
 # **vLLM 0.34.0** (the PyPI source distribution, commit `62d4bc3c7`; paths under `vllm/v1/` unless given in full)
 # has no ring for sliding-window attention: its cache is paged (lesson 7), and a token's key goes to the slot its
@@ -610,8 +629,11 @@ print("StaticSlidingWindowLayer(max_cache_len=32, sliding_window=6).is_croppable
 #   the optimistic boundary, and rejected spec tokens can roll it back" (`core/kv_cache_manager.py` lines 582–589).
 #   So a request holds the $W - 1$ keys before its last settled token plus whatever is in flight: per request at most
 #   `cdiv(sliding_window - 1 + extra_retained_tokens + max_in_flight_tokens, block_size) + 1` blocks
-#   (`SlidingWindowSpec.max_admission_blocks_per_request`, `kv_cache_interface.py` lines 932–958). That is the
-#   ring's $W + k$, in blocks.
+#   (`SlidingWindowSpec.max_admission_blocks_per_request`, `kv_cache_interface.py` lines 932–958), where
+#   `max_in_flight_tokens` is sized for a whole batch in flight (`max_concurrent_batches` times
+#   `max_num_batched_tokens`, `vllm/config/vllm.py` lines 569–577): thousands of tokens, an admission cap. In steady
+#   decoding a request's tokens in flight are its $k + 1$ verify tokens, so it holds about
+#   $\lceil (W + k) / \text{block\_size} \rceil + 1$ blocks: the ring's $W + k$, in blocks.
 # * **Where vLLM does keep a ring**, it sizes it as we did: `CircularBufferSpec` (one block per request, for the
 #   token group a compressing attention still reads) says "`block_size` is the ring capacity. It must exceed the
 #   compression ratio by the speculative lookahead: a speculative step stores all of its rows, drafts included,
@@ -624,11 +646,12 @@ print("StaticSlidingWindowLayer(max_cache_len=32, sliding_window=6).is_croppable
 # * At batch 1 a forward reads the same bytes for 1 token or $k + 1$, so on a GPU a verify costs about one decode
 #   step until $k + 1$ nears the ridge point (about 300 tokens on an H100). On a small model on a CPU the cost is
 #   overhead, and a verify costs what the chunk path's bookkeeping costs: measure it.
-# * A round: draft $k$, verify $k + 1$ in one forward (a chunk, each query masked to its own window), accept $a$,
-#   emit $a + 1$, roll back $k - a$. Greedy gives plain decoding's tokens exactly; sampled, keep a draft with
+# * A round: draft $m \le k$, verify $m + 1$ in one forward (a chunk, each query masked to its own window), accept
+#   $a$, emit $a + 1$, roll back $m - a$. Greedy gives plain decoding's tokens exactly; sampled, keep a draft with
 #   probability $\min(1, p / q)$ and resample a rejection from $\mathrm{norm}(\max(0, p - q))$: each token follows $p$.
-# * A sliding-window ring needs $W + k$ slots: with $W$, a rejected draft lands on a key the next query still needs.
-#   Then a rollback moves a counter and copies nothing; stale slots are masked by position.
+# * A sliding-window ring needs spare slots: with $W$, a rejected draft lands on a key the next query still needs.
+#   $W + k - 1$ make every rollback safe; a verify that writes in place before it reads needs $W + k$. Then a
+#   rollback moves a counter and copies nothing; stale slots are masked.
 # * The speed-up is $(1 - \alpha^{k + 1}) / ((1 - \alpha)(c k + 1))$ when a verify costs one step; measure $\alpha$ with
 #   an interval over independent prompts, and the verify's real cost where it is not one step.
 # * transformers' dynamic sliding layer keeps the past while recording and crops it (copying the window each

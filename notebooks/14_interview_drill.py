@@ -526,14 +526,16 @@ for batch, tokens in ((1, 4096), (32, 32768), (32, 4096)):
 #
 # The verify writes $k + 1 = 6$ tokens, the pending one and the 5 drafts, at positions $n \dots n + 5$, in one
 # forward (a chunk: each query masked to its own window). A ring of $S$ slots writes position $p$ into slot
-# $p mod S$. With $S = W = 4096$, the token at $n + i$ lands on the key of $n + i - 4096$. Keep $a$ drafts and the
+# $p \bmod S$. With $S = W = 4096$, the token at $n + i$ lands on the key of $n + i - 4096$. Keep $a$ drafts and the
 # next query sits at $n + a + 1$ and needs keys $j > n + a + 1 - 4096$: every rejected token with $i \ge a + 2$ has
 # overwritten one of them. Rejecting 3 of 5 ($a = 2$), the tokens at $n + 4$ and $n + 5$ destroyed the keys of
 # $n - 4092$ and $n - 4091$, which nothing can restore short of recomputing those positions in every layer; a plain
-# ring can take back one token at most. So the ring keeps **$W + k = 4101$ slots**: the token at $n + i$ then lands on
-# $n + i - 4101$, outside every window that can follow, since $i \le 5$. The rejection costs a counter: `seen` goes
-# back by 3, no tensor is copied, and the stale slots are masked by the positions the ring reports for them. In
-# memory, 5 more slots per layer: $5 	imes 128\,	ext{KiB} = 640\,	ext{KiB}$ per sequence beside the window's
+# ring can take back one token at most. So the ring needs spare slots. With $W + k - 1 = 4100$, the token at $n + i$
+# lands on $n + i - 4100$, needed only if $i > a + 5$: never, since $i \le 5$. The course's ring keeps one more,
+# **$W + k = 4101$ slots**, because its verify writes the 6 keys in place *before* reading them (no gather, no
+# copy): the last draft, at $n + 5$, must then not land on $n - 4095$, which the verify's first query reads. The
+# rejection costs a counter: `seen` goes back by 3, no tensor is copied, and the stale slots are masked. In
+# memory, 5 more slots per layer: $5 \times 128\,\text{KiB} = 640\,\text{KiB}$ per sequence beside the window's
 # 512 MiB. In time, the verify cost about one decode step whatever was rejected (memory-bound: 6 tokens read the same
 # bytes as one), and the round still emits $a + 1 = 3$ tokens, the 2 kept drafts and the model's correction, for one
 # verify and 5 draft steps: a rejection wastes arithmetic and draft work, not memory traffic. transformers'
@@ -562,7 +564,7 @@ def rejected_three(lookahead, W=4096, n=5000, k=5, kept=2):
     return ring.capacity, sorted(needed - held), refused
 
 
-for lookahead in (0, 5):
+for lookahead in (0, 4, 5):  # 4: enough for the rollback (this update reads first)
     slots, lost, said = rejected_three(lookahead)
     print(f"{slots} slots: keys the next query needs but lost: {lost}; {said}")
 

@@ -13,7 +13,7 @@
 #
 # Speculative decoding lets a cheap drafter guess the next few tokens, then has the target model check all of
 # them in **one** forward: reading the weights once for $m + 1$ tokens costs about what one decode step costs
-# (lesson 00's bandwidth floor). The target keeps the drafts it agrees with, adds one token of its own, and the
+# (lesson 0's bandwidth floor). The target keeps the drafts it agrees with, adds one token of its own, and the
 # caches forget the rejected drafts. On a sliding-window ring that last step is the delicate one: a ring
 # overwrites the slots of tokens leaving the window, so it needs spare slots (a *lookahead*) to take rejected
 # drafts back. Lesson 13 draws it; here you write the two pieces: the **acceptance rule** that keeps sampling
@@ -40,7 +40,8 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 #
 # ### Part 1: the acceptance rule, `accept(p, drafts, q, generator) -> (a, token)`
 #
-# A drafter proposed $m \ge 0$ tokens `drafts` $= d_0, \dots, d_{m-1}$, drawing $d_i$ from its distribution
+# A drafter proposed $m \ge 0$ tokens `drafts` $= d_0, \dots, d_{m-1}$ (lesson 13 numbers them from 1: its $d_1$ is
+# $d_0$ here; either way a draft is judged by the row before it), drawing $d_i$ from its distribution
 # $q_i$. The target model, run once over them, gave $m + 1$ distributions $p_0, \dots, p_m$: $p_i$ is the
 # target's distribution for the position $d_i$ was drafted for ($p_0$: the token right after the last one
 # already chosen; $p_m$: the position after the last draft). Keep the drafts the target would have produced
@@ -110,8 +111,8 @@ DEVICE = swkv_teach.device()  # the GPU when there is one; the checks run there 
 # The check: part 1 statistically (eleven hand-made and random `p`, `q`, drafts, on vocabularies of 4 to 6, 300
 # to 2,000 calls each, every `(a, token)` frequency against its exact probability), part 2 against the library's
 # `swkv_teach.speculative.verify` on tiny random decoders (windows 1 to 6, `k` 1 to 4, 1 to 3 layers, float32
-# and bfloat16, prompts shorter than, as long as and longer than the window, two sequences at once), about 140
-# rounds of every $a$ from 0 to $m$, comparing `(a, token)`, what you fed, and every ring's keys and positions
+# and bfloat16, prompts shorter than, as long as and longer than the window, two sequences decoded in turn, each
+# with its own rings), about 140 rounds of every $a$ from 0 to $m$, comparing `(a, token)`, what you fed, and every ring's keys and positions
 # after each round. Run `check_speculative_accept(accept)` for part 1 alone.
 #
 # <details><summary>Hint 1 (part 1)</summary>

@@ -4,8 +4,9 @@ References: Leviathan et al. 2023, *Fast Inference from Transformers via Specula
 (§2.3 the acceptance rule, §3.3 the expected speed-up); Chen et al. 2023, *Accelerating Large
 Language Model Decoding with Speculative Sampling* (Algorithm 2). Drafters as transformers 5.25
 names them (``generation/candidate_generator.py``: ``PromptLookupCandidateGenerator`` line 1033,
-``EarlyExitCandidateGenerator`` line 1178) and vLLM's ``NgramProposer``
-(``vllm/v1/spec_decode/ngram_proposer.py``).
+``EarlyExitCandidateGenerator`` line 1178) and vLLM's n-gram drafters (``NgramProposer``,
+``vllm/v1/spec_decode/ngram_proposer.py`` at commit 016e8ed; ``NgramGPUSpeculator``,
+``vllm/v1/worker/gpu/spec_decode/ngram/speculator.py`` line 151 in vLLM 0.34.0).
 
 One round, batch 1, ``pending`` being the last chosen token (not yet in the caches)::
 
@@ -146,8 +147,9 @@ class PromptLookup(Drafter):
     The longest ``n`` in ``[min_ngram, max_ngram]`` that has an earlier match wins, and among its
     matches the earliest, as transformers' ``PromptLookupCandidateGenerator.get_candidates``
     (``candidate_generator.py`` lines 1096-1116: ``n`` from the largest down, the first match from the
-    left with a continuation) and vLLM's ``_find_longest_matched_ngram_and_propose_tokens`` (longest
-    n-gram, earliest position). No model, no cache: it reads the token history, the whole of it (a
+    left with a continuation) and vLLM's ``_find_longest_matched_ngram_and_propose_tokens`` at commit
+    016e8ed (longest n-gram, earliest position); vLLM 0.34.0's GPU speculator keeps the rightmost match
+    instead (``speculator.py`` line 82: "longest-n, rightmost-pos"). No model, no cache: it reads the token history, the whole of it (a
     window bounds the KV cache, not what a drafter may read). Deterministic, so ``q`` is one-hot.
     """
 

@@ -142,3 +142,6 @@ def test_q20_speculative_decoding_keeps_w_plus_k_slots_and_counts_what_a_w_slot_
     printed = "\n".join(_printed(c) for c in code)
     assert f"{W} slots: keys the next query needs but lost: {lost}; rollback(3) refused" in printed, printed
     assert f"{W + k} slots: keys the next query needs but lost: []; rollback(3) done" in printed, printed
+    # the rollback alone needs k - 1 spare slots; the course's ring keeps k because its verify writes before it reads
+    assert f"{W + k - 1} slots: keys the next query needs but lost: []; rollback(3) done" in printed, printed
+    assert f"W + k - 1 = {W + k - 1}" in flat and "*before* reading" in flat, flat

@@ -200,3 +200,20 @@ def test_printed_lines_fit_the_page(stem):
     """A long printed line is wrapped by the code that prints it, not by the reader's scroll bar."""
     long = long_printed_lines(_body(stem))
     assert not long, f"notebooks/{stem}: printed lines over {MAX_CODE_LINE} characters:\n  " + "\n  ".join(long)
+
+
+# A LaTeX command written in a Python string without an r prefix loses its backslash: "\times" is a tab and "imes",
+# "\bmod" a backspace and "mod" (drill Q20 shipped so, issue 39). Such a character renders as a blank or nothing.
+CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f]")  # a tab too: no source here indents with one
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for folder in ("notebooks", "solutions")
+                                        for p in (ROOT / folder).glob("[0-9][0-9]_*.*")
+                                        if p.suffix in (".py", ".ipynb")) + [f"docs/{d}" for d in DOCS])
+def test_no_control_character_where_a_latex_backslash_was_meant(path):
+    text = (ROOT / path).read_text()
+    if path.endswith(".ipynb"):
+        text = "\n".join(c.source for c in nbformat.reads(text, as_version=4).cells)
+    bad = [f"line {text.count(chr(10), 0, m.start()) + 1}: {text[max(0, m.start() - 20):m.end() + 10]!r}"
+           for m in CONTROL.finditer(text)]
+    assert not bad, f"{path}: control characters (a lost backslash of \\times, \\text, \\bmod...?): {bad}"
