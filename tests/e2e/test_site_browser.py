@@ -707,11 +707,13 @@ RANKS = [
     ("int8", "notebooks/07_", ["exercises/09_"]), ("transformers cache layer", "notebooks/09_", ["exercises/11_"]),
     ("left padding", "notebooks/04_", []), ("split-KV", "notebooks/11_", []), ("off-by-one", "notebooks/00_", []),
     ("free block queue", "notebooks/12_", []), ("heavy hitter", "notebooks/08_", []), ("promotion", "notebooks/05_", []),
-    ("interview", "notebooks/13_", []), ("state_dict", "notebooks/10_", []), ("hash chain", "notebooks/12_", []),
+    ("interview", "notebooks/14_", []), ("state_dict", "notebooks/10_", []), ("hash chain", "notebooks/12_", []),
     ("rotary", "notebooks/03_", []), ("TOVA", "notebooks/08_", []), ("flash_attn_with_kvcache", "notebooks/06_", []),
     ("continuous batching", "notebooks/07_", []), ("Redis", "notebooks/12_", []), ("persistence", "notebooks/10_", []),
     ("sliding window mask", "notebooks/00_", []), ("EvictionExplorer", "", ["notebooks/02_"]),
     ("online softmax", "notebooks/11_", []),
+    # issue 39: the lesson before the drill, and its exercise
+    ("speculative decoding", "notebooks/13_", ["exercises/14_"]), ("acceptance rule", "notebooks/13_", []),
 ]
 
 
