@@ -54,8 +54,8 @@ def landing_page(lessons: list[Lesson], repo: str) -> str:
     return f"""# The sliding-window KV cache: a hands-on course
 
 **Build the memory trick that lets a sliding-window model decode forever in flat memory**, from a six-line
-cache to a ring buffer, a real (tiny) Mistral-style decoder, paged blocks, a fused decode kernel and prefix
-caching, checking every step against a reference. {len(lessons)} notebooks you read and run, and
+cache to a ring buffer, a real (tiny) Mistral-style decoder, paged blocks, a fused decode kernel, prefix
+caching and speculative decoding, checking every step against a reference. {len(lessons)} notebooks you read and run, and
 {sum(len(lesson.exercises) for lesson in lessons)} graded exercises that check your answers.
 
 **For whom.** You know Python and PyTorch, and what attention computes (queries, keys, values, softmax); you
@@ -71,6 +71,8 @@ interview. No GPU is needed: every notebook runs on a laptop CPU (a GPU, on Cola
 - compare eviction policies (LRU, attention sinks, H2O, TOVA) on measured loss, not on claims;
 - lay a cache out the way serving engines do (paged blocks, int8, prefix caching) and write a split-KV decode
   kernel in Triton;
+- verify a drafter's guesses in one forward and take the rejected ones back from a ring by moving a counter,
+  with sampling kept exact (speculative decoding);
 - plug your cache into Hugging Face `transformers`, and answer the interview questions on all of it.
 
 ## Start here
