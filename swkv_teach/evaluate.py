@@ -129,18 +129,26 @@ class Interval:
         return f"{self.mean:.3f} [{self.low:.3f}, {self.high:.3f}]"
 
 
-def _bootstrap(values: torch.Tensor, level: float, n_boot: int, seed: int) -> Interval:
-    values = torch.as_tensor(values, dtype=torch.float64).flatten()
-    if len(values) < 2:
-        raise ValueError(f"values must hold at least two segments to resample; got {len(values)}")
+def _percentile(statistic, n: int, point: float, level: float, n_boot: int, seed: int) -> Interval:
+    """``point`` with the percentile interval of ``statistic(idx)`` over ``n_boot`` resamples of ``n`` units.
+
+    ``idx`` ``(n_boot, n)``: unit indices drawn with replacement; ``statistic`` maps it to ``(n_boot,)``.
+    """
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1); got {level}")
     check_positive_int("n_boot", n_boot)
     g = torch.Generator().manual_seed(seed)
-    idx = torch.randint(0, len(values), (n_boot, len(values)), generator=g)
-    means = values[idx].mean(dim=1)
-    lo, hi = torch.quantile(means, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)).tolist()
-    return Interval(float(values.mean()), lo, hi)
+    idx = torch.randint(0, n, (n_boot, n), generator=g)
+    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+    lo, hi = torch.quantile(statistic(idx), q).tolist()
+    return Interval(point, lo, hi)
+
+
+def _bootstrap(values: torch.Tensor, level: float, n_boot: int, seed: int) -> Interval:
+    values = torch.as_tensor(values, dtype=torch.float64).flatten()
+    if len(values) < 2:
+        raise ValueError(f"values must hold at least two segments to resample; got {len(values)}")
+    return _percentile(lambda idx: values[idx].mean(dim=1), len(values), float(values.mean()), level, n_boot, seed)
 
 
 def interval(values, level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> Interval:
@@ -177,14 +185,8 @@ def ratio_interval(numerators, denominators, level: float = 0.95, n_boot: int = 
         raise ValueError(f"ratio_interval needs at least two units to resample; got {len(num)}")
     if not bool((den > 0).all()):
         raise ValueError(f"every denominator must be > 0 (a unit with nothing counted); got {den.tolist()}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1); got {level}")
-    check_positive_int("n_boot", n_boot)
-    g = torch.Generator().manual_seed(seed)
-    idx = torch.randint(0, len(num), (n_boot, len(num)), generator=g)
-    ratios = num[idx].sum(dim=1) / den[idx].sum(dim=1)
-    lo, hi = torch.quantile(ratios, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)).tolist()
-    return Interval(float(num.sum() / den.sum()), lo, hi)
+    return _percentile(lambda idx: num[idx].sum(dim=1) / den[idx].sum(dim=1), len(num), float(num.sum() / den.sum()),
+                       level, n_boot, seed)
 
 
 def compare(model: Decoder, segments: torch.Tensor, budgets, policies=POLICIES, recent_fraction: float = 0.5) -> dict:
